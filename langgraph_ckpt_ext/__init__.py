@@ -1,0 +1,59 @@
+"""LangGraph checkpointers: in-memory, SQLite, PostgreSQL and Redis.
+
+Importing this package loads no database driver: each backend is imported when first named.
+
+    from langgraph_ckpt_ext import SQLiteCheckpointer
+
+    async with SQLiteCheckpointer.from_conn_string("agent.db") as checkpointer:
+        graph = builder.compile(checkpointer=checkpointer)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .core.errors import (
+    CheckpointerError,
+    CorruptBlobError,
+    InvalidConfigError,
+    InvalidFilterError,
+    MissingDependencyError,
+    SerializationError,
+    StorageVersionError,
+)
+
+if TYPE_CHECKING:
+    from .backends.memory import InMemoryCheckpointer
+    from .backends.sqlite import SQLiteCheckpointer
+    from .connect import connect
+
+_LAZY = {
+    "InMemoryCheckpointer": ".backends.memory",
+    "SQLiteCheckpointer": ".backends.sqlite",
+    "connect": ".connect",
+}
+
+__all__ = [
+    "CheckpointerError",
+    "CorruptBlobError",
+    "InMemoryCheckpointer",
+    "InvalidConfigError",
+    "InvalidFilterError",
+    "MissingDependencyError",
+    "SQLiteCheckpointer",
+    "SerializationError",
+    "StorageVersionError",
+    "connect",
+]
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'langgraph_ckpt_ext' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,1 @@
+"""Backends: each moves rows for `StoreCheckpointer`, nothing more."""

@@ -1,0 +1,203 @@
+"""`InMemoryCheckpointer`: rows in dicts, for tests, notebooks and development."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import AsyncIterator, Collection, Sequence
+
+from langgraph.checkpoint.base import SerializerProtocol
+
+from ..core.codec import writes_order
+from ..core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
+from ..core.saver import StoreCheckpointer
+from ..core.store import GcPlanner
+
+_NsKey = tuple[str, str]  # (thread_id, checkpoint_ns)
+
+
+class MemoryStore:
+    """Dict storage of serialized rows. Its coroutines never suspend (`inline`), and one
+    re-entrant lock makes each operation atomic across threads."""
+
+    inline = True
+
+    def __init__(self) -> None:
+        self.checkpoints: dict[_NsKey, dict[str, CheckpointRow]] = defaultdict(dict)
+        self.blobs: dict[_NsKey, dict[tuple[str, str], BlobRow]] = defaultdict(dict)
+        self.writes: dict[tuple[str, str, str], dict[tuple[str, int], WriteRow]] = defaultdict(dict)
+        self._lock = threading.RLock()
+
+    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
+        fell_back: set[str] = set()
+        with self._lock:
+            stored = self.blobs[(row.thread_id, row.checkpoint_ns)]
+            for blob in blobs:
+                if blob.base_version is not None and (blob.channel, blob.base_version) not in stored:
+                    assert blob.full is not None
+                    type_, data = blob.full()
+                    blob = BlobRow(blob.channel, blob.version, type_, data)
+                    fell_back.add(blob.channel)
+                stored[(blob.channel, blob.version)] = blob
+            self.checkpoints[(row.thread_id, row.checkpoint_ns)][row.checkpoint_id] = row
+        return fell_back
+
+    async def write_writes(self, rows: Sequence[WriteRow]) -> None:
+        with self._lock:
+            for row in rows:
+                bucket = self.writes[(row.thread_id, row.checkpoint_ns, row.checkpoint_id)]
+                key = (row.task_id, row.idx)
+                if row.idx >= 0 and key in bucket:
+                    continue
+                bucket[key] = row
+
+    async def read_checkpoint(
+        self, thread_id: str, ns: str, checkpoint_id: str | None
+    ) -> CheckpointRow | None:
+        with self._lock:
+            rows = self.checkpoints.get((thread_id, ns))
+            if not rows:
+                return None
+            if checkpoint_id is None:
+                return rows[max(rows)]
+            return rows.get(checkpoint_id)
+
+    async def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
+        with self._lock:
+            keys = sorted(
+                (k for k in self.checkpoints
+                 if (query.thread_id is None or k[0] == query.thread_id)
+                 and (query.checkpoint_ns is None or k[1] == query.checkpoint_ns)),
+                reverse=True,
+            )
+            found = [
+                row
+                for key in keys
+                for cid, row in self.checkpoints[key].items()
+                if (query.checkpoint_id is None or cid == query.checkpoint_id)
+                and (query.before is None or cid < query.before)
+            ]
+        found.sort(key=lambda r: (r.checkpoint_id, r.thread_id), reverse=True)
+        for row in found:
+            yield row
+
+    async def read_ancestors(
+        self, thread_id: str, ns: str, checkpoint_id: str, limit: int
+    ) -> list[CheckpointRow]:
+        out: list[CheckpointRow] = []
+        with self._lock:
+            rows = self.checkpoints.get((thread_id, ns), {})
+            cursor: str | None = checkpoint_id
+            while cursor is not None and cursor in rows and len(out) < limit:
+                out.append(rows[cursor])
+                cursor = rows[cursor].parent_checkpoint_id
+        return out
+
+    async def read_blobs(
+        self, thread_id: str, ns: str, keys: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], BlobRow]:
+        out: dict[tuple[str, str], BlobRow] = {}
+        with self._lock:
+            stored = self.blobs.get((thread_id, ns), {})
+            todo = list(keys)
+            while todo:
+                key = todo.pop()
+                if key in out or key not in stored:
+                    continue
+                out[key] = blob = stored[key]
+                if blob.base_version is not None:
+                    todo.append((blob.channel, blob.base_version))
+        return out
+
+    async def read_writes(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_ids: Collection[str],
+        channels: Collection[str] | None = None,
+    ) -> dict[str, list[WriteRow]]:
+        out: dict[str, list[WriteRow]] = {}
+        with self._lock:
+            for cid in checkpoint_ids:
+                bucket = self.writes.get((thread_id, ns, cid))
+                if bucket:
+                    rows = [w for w in bucket.values() if channels is None or w.channel in channels]
+                    out[cid] = sorted(rows, key=writes_order)
+        return out
+
+    async def delete_thread(self, thread_id: str) -> None:
+        with self._lock:
+            for table in (self.checkpoints, self.blobs, self.writes):
+                for key in [k for k in table if k[0] == thread_id]:
+                    del table[key]
+
+    async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        from dataclasses import replace
+
+        with self._lock:
+            for (tid, ns), rows in list(self.checkpoints.items()):
+                if tid == source_thread_id:
+                    target = self.checkpoints[(target_thread_id, ns)]
+                    for cid, row in rows.items():
+                        target.setdefault(cid, replace(row, thread_id=target_thread_id))
+            for (tid, ns), blobs in list(self.blobs.items()):
+                if tid == source_thread_id:
+                    self.blobs[(target_thread_id, ns)].update(blobs)
+            for (tid, ns, cid), writes in list(self.writes.items()):
+                if tid == source_thread_id:
+                    target_w = self.writes[(target_thread_id, ns, cid)]
+                    for key, w in writes.items():
+                        target_w.setdefault(key, replace(w, thread_id=target_thread_id))
+
+    async def find_runs(self, run_ids: Collection[str]) -> list[tuple[str, str, str]]:
+        wanted = set(run_ids)
+        with self._lock:
+            return [
+                (tid, ns, cid)
+                for (tid, ns), rows in self.checkpoints.items()
+                for cid, row in rows.items()
+                if row.run_id in wanted
+            ]
+
+    async def delete_checkpoints(
+        self, thread_id: str, victims: Collection[tuple[str, str]], gc: GcPlanner
+    ) -> None:
+        with self._lock:
+            for ns, cid in victims:
+                self.checkpoints.get((thread_id, ns), {}).pop(cid, None)
+                self.writes.pop((thread_id, ns, cid), None)
+            remaining = [
+                row for (tid, _), rows in self.checkpoints.items() if tid == thread_id
+                for row in rows.values()
+            ]
+            refs = [
+                BlobRef(ns, b.channel, b.version, b.base_version)
+                for (tid, ns), blobs in self.blobs.items() if tid == thread_id
+                for b in blobs.values()
+            ]
+            for ns, channel, version in gc(remaining, refs):
+                self.blobs[(thread_id, ns)].pop((channel, version), None)
+
+    async def close(self) -> None:
+        return None
+
+
+class InMemoryCheckpointer(StoreCheckpointer):
+    """Checkpoints in this process's memory: for tests, notebooks and development.
+
+    Values are serialized as on any backend (so what works here works on SQLite), and sync
+    calls run directly, with no thread or event loop.
+
+    Example:
+        >>> from langgraph_ckpt_ext import InMemoryCheckpointer
+        >>> graph = builder.compile(checkpointer=InMemoryCheckpointer())  # doctest: +SKIP
+    """
+
+    def __init__(
+        self, *, serde: SerializerProtocol | None = None, snapshot_every: int = 256
+    ) -> None:
+        super().__init__(MemoryStore(), serde=serde, snapshot_every=snapshot_every)
+
+    @property
+    def store(self) -> MemoryStore:
+        return self._store  # type: ignore[return-value]

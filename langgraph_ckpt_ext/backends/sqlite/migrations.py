@@ -1,0 +1,51 @@
+"""Storage migrations of the SQLite backend: step N brings the tables to version N.
+
+`setup()` applies each pending step in its own `BEGIN IMMEDIATE` transaction together with its
+row in `lgx_migrations`, so a step and its record commit together, and two processes running
+`setup()` at once apply each step once. Append steps; never edit a released one.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[list[str]] = [
+    # 1: checkpoints, per-channel blobs (full values or append-deltas), pending writes.
+    [
+        """CREATE TABLE lgx_checkpoints (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL DEFAULT '',
+            checkpoint_id TEXT NOT NULL,
+            parent_checkpoint_id TEXT,
+            run_id TEXT,
+            type TEXT NOT NULL,
+            checkpoint BLOB NOT NULL,
+            metadata_type TEXT NOT NULL,
+            metadata BLOB NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+        )""",
+        "CREATE INDEX lgx_checkpoints_run_id ON lgx_checkpoints (run_id) WHERE run_id IS NOT NULL",
+        """CREATE TABLE lgx_blobs (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL DEFAULT '',
+            channel TEXT NOT NULL,
+            version TEXT NOT NULL,
+            type TEXT NOT NULL,
+            data BLOB NOT NULL,
+            base_version TEXT,
+            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+        )""",
+        """CREATE TABLE lgx_writes (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL DEFAULT '',
+            checkpoint_id TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            channel TEXT NOT NULL,
+            type TEXT NOT NULL,
+            data BLOB NOT NULL,
+            task_path TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+        )""",
+    ],
+]
+
+LATEST = len(MIGRATIONS)

@@ -1,0 +1,151 @@
+"""SQL of the SQLite backend, as named constants. Values are always bound parameters; the only
+text ever generated is a run of `?` placeholders sized by a count."""
+
+from __future__ import annotations
+
+CHECKPOINT_COLS = (
+    "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
+    "type, checkpoint, metadata_type, metadata"
+)
+
+CREATE_MIGRATIONS = """
+CREATE TABLE IF NOT EXISTS lgx_migrations (
+    version INTEGER PRIMARY KEY,
+    applied_at TEXT NOT NULL
+)"""
+SELECT_STORAGE_VERSION = "SELECT COALESCE(MAX(version), 0) FROM lgx_migrations"
+INSERT_MIGRATION = "INSERT INTO lgx_migrations (version, applied_at) VALUES (?, ?)"
+
+UPSERT_CHECKPOINT = f"""
+INSERT OR REPLACE INTO lgx_checkpoints ({CHECKPOINT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+
+UPSERT_BLOB = """
+INSERT OR REPLACE INTO lgx_blobs
+    (thread_id, checkpoint_ns, channel, version, type, data, base_version)
+VALUES (?, ?, ?, ?, ?, ?, NULL)"""
+
+# An append-delta lands only on top of an existing base row; the caller checks the row count.
+INSERT_DELTA_IF_BASE = """
+INSERT OR REPLACE INTO lgx_blobs
+    (thread_id, checkpoint_ns, channel, version, type, data, base_version)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7
+WHERE EXISTS (
+    SELECT 1 FROM lgx_blobs
+    WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND channel = ?3 AND version = ?7
+)"""
+
+INSERT_WRITE_KEEP = """
+INSERT OR IGNORE INTO lgx_writes
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+INSERT_WRITE_REPLACE = INSERT_WRITE_KEEP.replace("INSERT OR IGNORE", "INSERT OR REPLACE")
+
+SELECT_CHECKPOINT = f"""
+SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints
+WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"""
+SELECT_LATEST_CHECKPOINT = f"""
+SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints
+WHERE thread_id = ? AND checkpoint_ns = ?
+ORDER BY checkpoint_id DESC LIMIT 1"""
+
+# The parent chain from one checkpoint, nearest first, at most ?4 rows.
+SELECT_ANCESTORS = f"""
+WITH RECURSIVE chain(id, n) AS (
+    SELECT ?3, 0
+    UNION ALL
+    SELECT c.parent_checkpoint_id, chain.n + 1
+    FROM lgx_checkpoints c JOIN chain
+      ON c.thread_id = ?1 AND c.checkpoint_ns = ?2 AND c.checkpoint_id = chain.id
+    WHERE c.parent_checkpoint_id IS NOT NULL AND chain.n + 1 < ?4
+)
+SELECT {", ".join("c." + col.strip() for col in CHECKPOINT_COLS.split(","))}
+FROM chain JOIN lgx_checkpoints c
+  ON c.thread_id = ?1 AND c.checkpoint_ns = ?2 AND c.checkpoint_id = chain.id
+ORDER BY chain.n"""
+
+
+def select_blobs(n_keys: int) -> str:
+    """Blob rows for n (channel, version) keys (params 3..), plus the bases their deltas need."""
+    values = ", ".join(f"(?{3 + 2 * i}, ?{4 + 2 * i})" for i in range(n_keys))
+    return f"""
+WITH RECURSIVE need(channel, version) AS (
+    VALUES {values}
+    UNION
+    SELECT b.channel, b.base_version FROM lgx_blobs b JOIN need
+      ON b.thread_id = ?1 AND b.checkpoint_ns = ?2
+     AND b.channel = need.channel AND b.version = need.version
+    WHERE b.base_version IS NOT NULL
+)
+SELECT b.channel, b.version, b.type, b.data, b.base_version
+FROM need JOIN lgx_blobs b
+  ON b.thread_id = ?1 AND b.checkpoint_ns = ?2
+ AND b.channel = need.channel AND b.version = need.version"""
+
+
+def select_writes(n_ids: int, n_channels: int) -> str:
+    ids = ", ".join(["?"] * n_ids)
+    only = f" AND channel IN ({', '.join(['?'] * n_channels)})" if n_channels else ""
+    return f"""
+SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path
+FROM lgx_writes
+WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id IN ({ids}){only}
+ORDER BY checkpoint_id, task_path, task_id, idx"""
+
+
+def select_checkpoints(
+    *, thread: bool, ns: bool, checkpoint_id: bool, before: bool, after_cursor: bool
+) -> str:
+    """A page of `list`: each flag adds one fixed condition with its bound parameter(s)."""
+    where = []
+    if thread:
+        where.append("thread_id = ?")
+    if ns:
+        where.append("checkpoint_ns = ?")
+    if checkpoint_id:
+        where.append("checkpoint_id = ?")
+    if before:
+        where.append("checkpoint_id < ?")
+    if after_cursor:
+        where.append("(checkpoint_id, thread_id, checkpoint_ns) < (?, ?, ?)")
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    return f"""
+SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints {clause}
+ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT ?"""
+
+
+def select_runs(n: int) -> str:
+    return f"""
+SELECT thread_id, checkpoint_ns, checkpoint_id FROM lgx_checkpoints
+WHERE run_id IN ({", ".join(["?"] * n)})"""
+
+
+DELETE_THREAD = [
+    "DELETE FROM lgx_checkpoints WHERE thread_id = ?",
+    "DELETE FROM lgx_blobs WHERE thread_id = ?",
+    "DELETE FROM lgx_writes WHERE thread_id = ?",
+]
+
+COPY_THREAD = [
+    f"""INSERT OR IGNORE INTO lgx_checkpoints ({CHECKPOINT_COLS})
+    SELECT ?, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id,
+           type, checkpoint, metadata_type, metadata
+    FROM lgx_checkpoints WHERE thread_id = ?""",
+    """INSERT OR IGNORE INTO lgx_blobs
+        (thread_id, checkpoint_ns, channel, version, type, data, base_version)
+    SELECT ?, checkpoint_ns, channel, version, type, data, base_version
+    FROM lgx_blobs WHERE thread_id = ?""",
+    """INSERT OR IGNORE INTO lgx_writes
+        (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path)
+    SELECT ?, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path
+    FROM lgx_writes WHERE thread_id = ?""",
+]
+
+DELETE_CHECKPOINT = """
+DELETE FROM lgx_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"""
+DELETE_CHECKPOINT_WRITES = """
+DELETE FROM lgx_writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"""
+SELECT_THREAD_CHECKPOINTS = f"SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints WHERE thread_id = ?"
+SELECT_THREAD_BLOB_REFS = """
+SELECT checkpoint_ns, channel, version, base_version FROM lgx_blobs WHERE thread_id = ?"""
+DELETE_BLOB = """
+DELETE FROM lgx_blobs WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?"""

@@ -1,0 +1,109 @@
+"""Append-delta planning for channels that grow by appending (pure; no I/O).
+
+LangGraph's savers write a message list whole at every step, so a thread's storage grows with
+the square of its length. We remember, per process, each list channel's last written value and
+how it was stored. When the next value starts with that list, only the new items are stored,
+as a segment whose `base_version` is an earlier row of the same channel.
+
+Segments merge like a binary counter: a new segment that meets one of its own level on the
+chain absorbs it and moves up a level. A chain therefore holds at most log2(K) + 1 rows, each
+item is rewritten about log2(K) times in all, and when the top level K is reached a full
+snapshot is written instead: a full value at least every K versions, and a read that touches at
+most log2(K) + 1 rows, whose bytes add up to the value's own size.
+
+Correctness never depends on this memory: a miss writes a full value, and a store writes a
+delta only if its base row still exists (falling back to the full value otherwise).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+_FULL = -1
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    version: str
+    level: int  # _FULL for a full snapshot
+    start: int  # index of the segment's first item in the list
+
+
+@dataclass(frozen=True, slots=True)
+class _Chain:
+    items: list[Any]
+    segments: tuple[_Segment, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How to store one list value: `value[start:]` on top of `base` (None: the whole value)."""
+
+    start: int
+    base: str | None
+    chain: _Chain
+
+
+def _extends(old: list[Any], new: list[Any]) -> bool:
+    if len(new) < len(old):
+        return False
+    # Identity first: unchanged items are the very objects of the previous step.
+    return all(a is b or a == b for a, b in zip(old, new, strict=False))
+
+
+class AppendLog:
+    """Remembers each list channel's last stored value, per (thread, namespace, channel)."""
+
+    def __init__(self, snapshot_every: int = 256, max_entries: int = 4096) -> None:
+        if snapshot_every < 2 or snapshot_every & (snapshot_every - 1):
+            raise ValueError(f"snapshot_every must be a power of two >= 2, got {snapshot_every}")
+        self.top_level = snapshot_every.bit_length() - 1
+        self.max_entries = max_entries
+        self._chains: OrderedDict[tuple[str, str, str], _Chain] = OrderedDict()
+        self._guard = threading.Lock()
+
+    def plan(self, thread_id: str, ns: str, channel: str, version: str, value: Any) -> Plan | None:
+        """A plan for a list value, or None when the value is not a list."""
+        if type(value) is not list:
+            return None
+        with self._guard:
+            chain = self._chains.get((thread_id, ns, channel))
+        if chain is None or not _extends(chain.items, value):
+            return self._full(version, value)
+        segs = list(chain.segments)
+        new = _Segment(version, 0, len(chain.items))
+        while len(segs) > 1 and segs[-1].level == new.level:
+            merged = segs.pop()
+            new = _Segment(version, new.level + 1, merged.start)
+        if new.level >= self.top_level:
+            return self._full(version, value)
+        segs.append(new)
+        return Plan(new.start, segs[-2].version, _Chain(list(value), tuple(segs)))
+
+    @staticmethod
+    def _full(version: str, value: list[Any]) -> Plan:
+        return Plan(0, None, _Chain(list(value), (_Segment(version, _FULL, 0),)))
+
+    def commit(self, thread_id: str, ns: str, channel: str, plan: Plan, *, full: bool = False) -> None:
+        """Remember a plan once its row is stored (`full`: the store wrote the whole value)."""
+        key = (thread_id, ns, channel)
+        chain = plan.chain
+        if full:
+            chain = _Chain(chain.items, (_Segment(chain.segments[-1].version, _FULL, 0),))
+        with self._guard:
+            self._chains[key] = chain
+            self._chains.move_to_end(key)
+            while len(self._chains) > self.max_entries:
+                self._chains.popitem(last=False)
+
+    def forget(self, thread_id: str | None = None) -> None:
+        """Drop what is remembered for one thread (or all): its rows may be gone."""
+        with self._guard:
+            if thread_id is None:
+                self._chains.clear()
+                return
+            for key in [k for k in self._chains if k[0] == thread_id]:
+                del self._chains[key]

@@ -1,0 +1,43 @@
+"""Error types raised by every checkpointer of this package."""
+
+from __future__ import annotations
+
+
+class CheckpointerError(Exception):
+    """Base class of the errors this package raises on purpose."""
+
+
+class InvalidConfigError(CheckpointerError, ValueError):
+    """A `RunnableConfig` lacks what the operation needs (such as `thread_id`)."""
+
+
+class InvalidFilterError(CheckpointerError, ValueError):
+    """A metadata filter passed to `list`/`alist` is malformed."""
+
+
+class SerializationError(CheckpointerError, TypeError):
+    """A value could not be serialized; the message names the channel or write."""
+
+
+class CorruptBlobError(CheckpointerError):
+    """A stored row cannot be decoded back into the value it was written from."""
+
+
+class StorageVersionError(CheckpointerError):
+    """The store was written by a newer version of this package than the one running."""
+
+
+class MissingDependencyError(CheckpointerError, ImportError):
+    """An optional driver is not installed; the message says which `pip install` fixes it."""
+
+
+def require(module: str, extra: str) -> object:
+    """Import an optional driver, or raise `MissingDependencyError` naming the fix."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise MissingDependencyError(
+            f"{module!r} is not installed; run `pip install langgraph-ckpt-ext[{extra}]`"
+        ) from exc

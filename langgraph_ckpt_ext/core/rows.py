@@ -1,0 +1,74 @@
+"""The rows every backend stores: plain values, no I/O, no serialization logic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+Typed = tuple[str, bytes]
+"""A serialized value: the serializer's type tag and its bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRow:
+    """One checkpoint without its channel values (those live in blobs)."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str | None
+    run_id: str | None
+    checkpoint: Typed
+    metadata: Typed
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRow:
+    """One channel's value at one version.
+
+    With `base_version` set, `data` holds only the items appended to the list stored at
+    `base_version` (an append-delta); `full` then gives the whole value, for a store that finds
+    the base gone and must write a full row instead.
+    """
+
+    channel: str
+    version: str
+    type: str
+    data: bytes
+    base_version: str | None = None
+    full: Callable[[], Typed] | None = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRef:
+    """Where a blob sits in its delta chain, without its bytes (for garbage collection)."""
+
+    checkpoint_ns: str
+    channel: str
+    version: str
+    base_version: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WriteRow:
+    """One pending write of a task, keyed `(checkpoint, task_id, idx)`."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    task_id: str
+    idx: int
+    channel: str
+    type: str
+    data: bytes
+    task_path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ListQuery:
+    """Which checkpoint rows `Store.iter_checkpoints` yields, newest first."""
+
+    thread_id: str | None = None
+    checkpoint_ns: str | None = None
+    checkpoint_id: str | None = None
+    before: str | None = None

@@ -1,0 +1,429 @@
+"""`StoreCheckpointer`: the whole `BaseCheckpointSaver` contract, once, over any `Store`.
+
+Backends only move rows (see `store.py`). Everything else lives here or in the pure modules
+beside it: encoding, append-deltas, filters, pruning plans, the delta-channel walk, and the
+sync twins, which all go through one bridge.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    SerializerProtocol,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from . import codec
+from .appendlog import AppendLog
+from .bridge import Bridge, iterate_inline, run_inline
+from .config import checkpoint_id_of, checkpoint_ns_of, make_config, thread_id_of
+from .errors import InvalidConfigError
+from .filters import matches, validate_filter
+from .rows import BlobRef, CheckpointRow, ListQuery
+from .store import BlobKey, Store
+from .versions import Version, next_version
+
+T = TypeVar("T")
+
+_PAGE = 32  # rows decoded together by `list` and by the delta-channel walk
+
+
+def strict_serde() -> SerializerProtocol:
+    """LangGraph's serializer, strict: a stored blob may construct only LangGraph's safe types
+    and those the graph's state schema allows (LangGraph adds them when the graph compiles)."""
+    return JsonPlusSerializer(allowed_msgpack_modules=None)
+
+
+class StoreCheckpointer(BaseCheckpointSaver[Version]):
+    """A checkpointer over a `Store`; one object serves sync and async graph calls.
+
+    Args:
+        store: the backend's row storage.
+        serde: serializer for every stored value (default: strict `JsonPlusSerializer`).
+        snapshot_every: a list channel grown by appending is stored as deltas, with a full
+            value at least every `snapshot_every` versions (a power of two).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        serde: SerializerProtocol | None = None,
+        snapshot_every: int = 256,
+        bridge: Bridge | None = None,
+    ) -> None:
+        super().__init__(serde=serde or strict_serde())
+        self._store = store
+        self._log = AppendLog(snapshot_every)
+        self._bridge = bridge or Bridge(f"lgckpt-{type(self).__name__}")
+
+    # -- the sync twins -------------------------------------------------------------------
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._store.inline:
+            return run_inline(coro)
+        return self._bridge.run(coro)
+
+    def _sync_iter(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        if self._store.inline:
+            return iterate_inline(agen)
+        return self._bridge.iterate(agen)
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._sync(self.aget_tuple(config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        validate_filter(filter)  # raise here, not at the first next()
+        return self._sync_iter(self.alist(config, filter=filter, before=before, limit=limit))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._sync(self.aput(config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._sync(self.aput_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._sync(self.adelete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._sync(self.adelete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._sync(self.acopy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._sync(self.aprune(thread_ids, strategy=strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._sync(self.aget_delta_channel_history(config=config, channels=channels))
+
+    def get_next_version(self, current: Version | None, channel: None = None) -> Version:
+        return next_version(current)
+
+    # -- writing --------------------------------------------------------------------------
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id = thread_id_of(config)
+        ns = checkpoint_ns_of(config)
+        checkpoint_id = str(checkpoint["id"])
+        md = get_serializable_checkpoint_metadata(config, metadata)
+        header = codec.encode_header(self.serde, checkpoint)
+        md_typed = codec.dumps(self.serde, md, f"metadata of checkpoint {checkpoint_id!r}")
+        blobs, plans = codec.encode_blobs(
+            self.serde, self._log, thread_id, ns, checkpoint["channel_values"], new_versions
+        )
+        run_id = md.get("run_id")
+        row = CheckpointRow(
+            thread_id,
+            ns,
+            checkpoint_id,
+            checkpoint_id_of(config),
+            None if run_id is None else str(run_id),
+            header,
+            md_typed,
+        )
+        fell_back = await self._store.write_checkpoint(row, blobs)
+        for channel, plan in plans.items():
+            self._log.commit(thread_id, ns, channel, plan, full=channel in fell_back)
+        return make_config(thread_id, ns, checkpoint_id)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        thread_id = thread_id_of(config)
+        checkpoint_id = checkpoint_id_of(config)
+        if checkpoint_id is None:
+            raise InvalidConfigError(
+                "put_writes needs config['configurable']['checkpoint_id']: the checkpoint "
+                "these writes belong to (the config that put returned)"
+            )
+        rows = codec.encode_writes(
+            self.serde, thread_id, checkpoint_ns_of(config), checkpoint_id, writes,
+            str(task_id), task_path,
+        )
+        if rows:
+            await self._store.write_writes(rows)
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        row = await self._store.read_checkpoint(
+            thread_id_of(config), checkpoint_ns_of(config), checkpoint_id_of(config)
+        )
+        if row is None:
+            return None
+        return (await self._load([row]))[0]
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        flt = validate_filter(filter)
+        if limit is not None and limit <= 0:
+            return
+        conf = (config or {}).get("configurable") or {}
+        query = ListQuery(
+            thread_id=None if conf.get("thread_id") in (None, "") else str(conf["thread_id"]),
+            checkpoint_ns=None if conf.get("checkpoint_ns") is None else str(conf["checkpoint_ns"]),
+            checkpoint_id=checkpoint_id_of(config) if config else None,
+            before=checkpoint_id_of(before) if before else None,
+        )
+        left = limit
+        page: list[CheckpointRow] = []
+        rows = self._store.iter_checkpoints(query)
+        try:
+            async for row in rows:
+                if flt and not matches(self._metadata(row), flt):
+                    continue
+                page.append(row)
+                if left is not None:
+                    left -= 1
+                if len(page) >= _PAGE or left == 0:
+                    for tup in await self._load(page):
+                        yield tup
+                    page = []
+                    if left == 0:
+                        return
+            for tup in await self._load(page):
+                yield tup
+        finally:
+            await rows.aclose()  # type: ignore[attr-defined]
+
+    def _metadata(self, row: CheckpointRow) -> CheckpointMetadata:
+        return codec.decode_metadata(self.serde, row.metadata, f"checkpoint {row.checkpoint_id!r}")
+
+    def _header(self, row: CheckpointRow) -> dict[str, Any]:
+        return codec.decode_header(self.serde, row.checkpoint, f"checkpoint {row.checkpoint_id!r}")
+
+    async def _load(self, rows: Sequence[CheckpointRow]) -> list[CheckpointTuple]:
+        """Checkpoint tuples for rows, with one blob read and one write read per namespace."""
+        groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for i, row in enumerate(rows):
+            groups[(row.thread_id, row.checkpoint_ns)].append(i)
+        out: list[CheckpointTuple | None] = [None] * len(rows)
+        for (thread_id, ns), idxs in groups.items():
+            headers = {i: self._header(rows[i]) for i in idxs}
+            wanted = {i: codec.blob_keys(h["channel_versions"]) for i, h in headers.items()}
+            keys = {(ch, v) for w in wanted.values() for ch, v in w.items()}
+            blobs = await self._store.read_blobs(thread_id, ns, keys) if keys else {}
+            ids = [rows[i].checkpoint_id for i in idxs]
+            writes = await self._store.read_writes(thread_id, ns, ids)
+            for i in idxs:
+                row = rows[i]
+                checkpoint: Checkpoint = {  # type: ignore[typeddict-item]
+                    **headers[i],
+                    "id": row.checkpoint_id,
+                    "channel_values": codec.resolve_blobs(self.serde, blobs, wanted[i]),
+                }
+                parent = row.parent_checkpoint_id
+                out[i] = CheckpointTuple(
+                    config=make_config(thread_id, ns, row.checkpoint_id),
+                    checkpoint=checkpoint,
+                    metadata=self._metadata(row),
+                    parent_config=make_config(thread_id, ns, parent) if parent else None,
+                    pending_writes=codec.decode_writes(
+                        self.serde, writes.get(row.checkpoint_id, [])
+                    ),
+                )
+        return out  # type: ignore[return-value]
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Per channel, the writes on the parent chain since its nearest stored value (the
+        seed), oldest first; ancestors are read in pages, not one by one."""
+        if not channels:
+            return {}
+        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        target = await self._store.read_checkpoint(thread_id, ns, checkpoint_id_of(config))
+        remaining = set(channels)
+        seeds: dict[str, Any] = {}
+        collected: list[list[PendingWrite]] = []  # per ancestor, nearest first
+        cursor = target.parent_checkpoint_id if target else None
+        while cursor is not None and remaining:
+            batch = await self._store.read_ancestors(thread_id, ns, cursor, _PAGE)
+            if not batch:
+                break
+            versions = [codec.blob_keys(self._header(r)["channel_versions"]) for r in batch]
+            keys = {(ch, v[ch]) for v in versions for ch in remaining if ch in v}
+            blobs = await self._store.read_blobs(thread_id, ns, keys) if keys else {}
+            writes = await self._store.read_writes(
+                thread_id, ns, [r.checkpoint_id for r in batch], remaining
+            )
+            for row, vers in zip(batch, versions, strict=False):
+                if not remaining:
+                    break
+                mine = [w for w in writes.get(row.checkpoint_id, []) if w.channel in remaining]
+                collected.append(codec.decode_writes(self.serde, mine))
+                stored = {ch: vers[ch] for ch in remaining if (ch, vers.get(ch)) in blobs}
+                for ch, value in codec.resolve_blobs(self.serde, blobs, stored).items():
+                    seeds[ch] = value
+                    remaining.discard(ch)
+            cursor = batch[-1].parent_checkpoint_id
+        result: dict[str, DeltaChannelHistory] = {}
+        for ch in channels:
+            entry: DeltaChannelHistory = {
+                "writes": [w for group in reversed(collected) for w in group if w[1] == ch]
+            }
+            if ch in seeds:
+                entry["seed"] = seeds[ch]
+            result[ch] = entry
+        return result
+
+    # -- deleting and copying ---------------------------------------------------------------
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._store.delete_thread(str(thread_id))
+        self._log.forget(str(thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._store.copy_thread(str(source_thread_id), str(target_thread_id))
+        self._log.forget(str(target_thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        ids = [str(r) for r in run_ids]
+        if not ids:
+            return
+        by_thread: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for thread_id, ns, checkpoint_id in await self._store.find_runs(ids):
+            by_thread[thread_id].append((ns, checkpoint_id))
+        for thread_id, victims in by_thread.items():
+            await self._store.delete_checkpoints(thread_id, victims, self._plan_gc)
+            self._log.forget(thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Prune threads: `"delete"` removes them; `"keep_latest"` keeps each namespace's newest
+        checkpoint, plus the ancestors (and their writes) that its `DeltaChannel`s still need
+        to rebuild their values."""
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
+        for thread_id in map(str, thread_ids):
+            if strategy == "delete":
+                await self._store.delete_thread(thread_id)
+            else:
+                victims = await self._prune_victims(thread_id)
+                if victims:
+                    await self._store.delete_checkpoints(thread_id, victims, self._plan_gc)
+            self._log.forget(thread_id)
+
+    async def _prune_victims(self, thread_id: str) -> list[tuple[str, str]]:
+        rows = [r async for r in self._store.iter_checkpoints(ListQuery(thread_id=thread_id))]
+        by_ns: dict[str, dict[str, CheckpointRow]] = defaultdict(dict)
+        for row in rows:
+            by_ns[row.checkpoint_ns][row.checkpoint_id] = row
+        victims: list[tuple[str, str]] = []
+        for ns, by_id in by_ns.items():
+            keep = await self._delta_ancestry(thread_id, ns, by_id, max(by_id))
+            victims += [(ns, cid) for cid in by_id if cid not in keep]
+        return victims
+
+    async def _delta_ancestry(
+        self, thread_id: str, ns: str, by_id: Mapping[str, CheckpointRow], latest: str
+    ) -> set[str]:
+        """`latest` and the ancestors up to each of its delta channels' nearest stored value."""
+        keep = {latest}
+        counters = self._metadata(by_id[latest]).get("counters_since_delta_snapshot") or {}
+        needed = set(counters)
+        cursor = by_id[latest].parent_checkpoint_id
+        while needed and cursor in by_id:
+            keep.add(cursor)
+            versions = codec.blob_keys(self._header(by_id[cursor])["channel_versions"])
+            keys = {(ch, versions[ch]) for ch in needed if ch in versions}
+            stored = await self._store.read_blobs(thread_id, ns, keys) if keys else {}
+            needed -= {ch for ch, _ in stored}
+            cursor = by_id[cursor].parent_checkpoint_id
+        return keep
+
+    def _plan_gc(
+        self, remaining: Sequence[CheckpointRow], refs: Sequence[BlobRef]
+    ) -> list[BlobKey]:
+        """Blobs that no remaining checkpoint reads, directly or as an append-delta base."""
+        by_key = {(r.checkpoint_ns, r.channel, r.version): r for r in refs}
+        live: set[BlobKey] = set()
+        for row in remaining:
+            for ch, v in codec.blob_keys(self._header(row)["channel_versions"]).items():
+                key: BlobKey | None = (row.checkpoint_ns, ch, v)
+                while key is not None and key not in live and key in by_key:
+                    live.add(key)
+                    base = by_key[key].base_version
+                    key = None if base is None else (key[0], key[1], base)
+        return [k for k in by_key if k not in live]
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close what this checkpointer owns (a connection or pool passed in stays open)."""
+        await self._store.close()
+        self._bridge.close()
+
+    def close(self) -> None:
+        if self._store.inline:
+            run_inline(self._store.close())
+        else:
+            self._bridge.run(self._store.close())
+        self._bridge.close()
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self: T) -> T:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

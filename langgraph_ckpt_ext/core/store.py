@@ -1,0 +1,87 @@
+"""What a backend implements: moving rows, atomically where it matters. Nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from typing import Protocol
+
+from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
+
+BlobKey = tuple[str, str, str]
+"""(checkpoint_ns, channel, version)"""
+
+GcPlanner = Callable[[Sequence[CheckpointRow], Sequence[BlobRef]], Collection[BlobKey]]
+"""Given a thread's remaining checkpoints and its blobs, the blobs nothing needs any more."""
+
+
+class Store(Protocol):
+    """Row storage behind `StoreCheckpointer`. Every method is async.
+
+    `inline` is True for a store whose coroutines never suspend (in-memory): its sync calls
+    then run without any event loop.
+    """
+
+    inline: bool
+
+    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
+        """Store a checkpoint and its blobs atomically.
+
+        A blob with `base_version` is written as a delta only if its base row exists; otherwise
+        its `full()` value is written. Returns the channels that fell back so.
+        """
+        ...
+
+    async def write_writes(self, rows: Sequence[WriteRow]) -> None:
+        """Store pending writes: a row with idx >= 0 is kept if one exists, idx < 0 replaces."""
+        ...
+
+    async def read_checkpoint(
+        self, thread_id: str, ns: str, checkpoint_id: str | None
+    ) -> CheckpointRow | None:
+        """One checkpoint, or the newest of the namespace when `checkpoint_id` is None."""
+        ...
+
+    def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
+        """Checkpoints matching `query`, newest first: by checkpoint id, then thread id, descending."""
+        ...
+
+    async def read_ancestors(
+        self, thread_id: str, ns: str, checkpoint_id: str, limit: int
+    ) -> list[CheckpointRow]:
+        """Up to `limit` rows of the parent chain, starting with `checkpoint_id` itself."""
+        ...
+
+    async def read_blobs(
+        self, thread_id: str, ns: str, keys: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], BlobRow]:
+        """The rows for `(channel, version)` keys, plus every base row their deltas need."""
+        ...
+
+    async def read_writes(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_ids: Collection[str],
+        channels: Collection[str] | None = None,
+    ) -> dict[str, list[WriteRow]]:
+        """Pending writes per checkpoint id, each list in `writes_sort_key` order."""
+        ...
+
+    async def delete_thread(self, thread_id: str) -> None: ...
+
+    async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every row of a thread (all namespaces, blobs and writes) under a new id."""
+        ...
+
+    async def find_runs(self, run_ids: Collection[str]) -> list[tuple[str, str, str]]:
+        """(thread_id, checkpoint_ns, checkpoint_id) of the checkpoints of these runs."""
+        ...
+
+    async def delete_checkpoints(
+        self, thread_id: str, victims: Collection[tuple[str, str]], gc: GcPlanner
+    ) -> None:
+        """Atomically delete `(ns, checkpoint_id)` rows with their writes, then the blobs that
+        `gc` names given what remains of the thread."""
+        ...
+
+    async def close(self) -> None: ...
