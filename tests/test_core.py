@@ -1,0 +1,292 @@
+"""The pure core, tested without any server: append-deltas, filters, versions, the bridge,
+the storage-migration chain, and DeltaChannel support."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import operator
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain_core.messages import AIMessage, RemoveMessage
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_ckpt_ext import InMemoryCheckpointer, SQLiteCheckpointer, connect
+from langgraph_ckpt_ext.backends.sqlite.migrations import LATEST, MIGRATIONS
+from langgraph_ckpt_ext.core.appendlog import AppendLog
+from langgraph_ckpt_ext.core.bridge import AsyncMutex, Bridge
+from langgraph_ckpt_ext.core.errors import StorageVersionError
+from langgraph_ckpt_ext.core.filters import matches, validate_filter
+from langgraph_ckpt_ext.core.versions import next_version, version_key
+
+from .conftest import make_saver
+from .graphs import chat_graph, human
+
+# -- append-deltas ------------------------------------------------------------------------
+
+
+def _chain_lengths(log: AppendLog, n: int) -> tuple[list[int], list[int]]:
+    """Write a list growing by one item n times; chain length and stored items per write."""
+    rows: dict[str, tuple[str | None, int]] = {}  # version -> (base, n items stored)
+    value: list[int] = []
+    lengths, stored = [], []
+    for i in range(n):
+        value = [*value, i]
+        version = f"v{i:05d}"
+        plan = log.plan("t", "", "ch", version, value)
+        assert plan is not None
+        rows[version] = (plan.base, len(value) - plan.start)
+        log.commit("t", "", "ch", plan)
+        depth, cursor = 1, plan.base
+        while cursor is not None:
+            depth, cursor = depth + 1, rows[cursor][0]
+        lengths.append(depth)
+        stored.append(len(value) - plan.start)
+    return lengths, stored
+
+
+def test_append_chain_is_bounded_with_full_snapshot_every_k() -> None:
+    lengths, stored = _chain_lengths(AppendLog(snapshot_every=16), 200)
+    assert max(lengths) <= 5  # log2(16) + 1 rows per read
+    fulls = [i for i, s in enumerate(stored) if s == i + 1]
+    assert fulls[0] == 0 and all(b - a <= 16 for a, b in itertools.pairwise(fulls))
+    # Each item is rewritten about log2(K) times, not once per version as a full rewrite would.
+    assert sum(stored) < 200 * 200 / 2 / 10
+
+
+def test_append_plan_full_when_list_changes_otherwise() -> None:
+    log = AppendLog()
+    first = log.plan("t", "", "m", "1", ["a", "b"])
+    assert first is not None and first.base is None
+    log.commit("t", "", "m", first)
+    grown = log.plan("t", "", "m", "2", ["a", "b", "c"])
+    assert grown is not None and (grown.base, grown.start) == ("1", 2)
+    log.commit("t", "", "m", grown)
+    edited = log.plan("t", "", "m", "3", ["a", "X", "c", "d"])
+    assert edited is not None and edited.base is None
+    assert log.plan("t", "", "m", "4", {"not": "a list"}) is None
+    assert log.plan("other-thread", "", "m", "1", ["a", "b", "c"]).base is None  # type: ignore[union-attr]
+
+
+def _blob_rows(saver: Any, thread: str) -> list[Any]:
+    store = saver._store
+    if hasattr(store, "blobs"):
+        return [b for (tid, _), rows in store.blobs.items() if tid == thread for b in rows.values()]
+    rows = saver._sync(store._fetchall(
+        "SELECT channel, version, type, data, base_version FROM lgx_blobs WHERE thread_id = ?",
+        (thread,),
+    ))
+    from langgraph_ckpt_ext.core.rows import BlobRow
+
+    return [BlobRow(*r) for r in rows]
+
+
+def test_message_list_stored_as_deltas_and_read_back(backend: str, tmp_path: Path) -> None:
+    saver = make_saver(backend, tmp_path)
+    graph = chat_graph().compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "d"}}
+    for i in range(120):
+        graph.invoke({"messages": [human(f"message {i} " + "x" * 400)]}, config)
+    rows = [b for b in _blob_rows(saver, "d") if b.channel == "messages"]
+    deltas = [b for b in rows if b.base_version is not None]
+    assert len(deltas) > 0.8 * len(rows)
+    full_bytes = sum(len(b.data) for b in rows if b.base_version is None)
+    # Whole-list rewrites would store ~ sum over versions of the list: ~240*240/2 messages.
+    assert sum(len(b.data) for b in rows) < 0.1 * (240 * 240 / 2) * 450
+    assert full_bytes < sum(len(b.data) for b in rows)
+    # A new checkpointer (no memory of the chain) reads exactly what was written.
+    values = graph.get_state(config).values
+    assert len(values["messages"]) == 240 and values["messages"][-2].content.startswith("message 119")
+    for snap in list(graph.get_state_history(config))[::37]:
+        turns = snap.values.get("turns", 0)
+        assert len(snap.values.get("messages", [])) in (2 * turns, 2 * turns + 1)
+    saver.close()
+
+
+def test_delta_whose_base_was_deleted_falls_back_to_full(backend: str, tmp_path: Path) -> None:
+    saver = make_saver(backend, tmp_path)
+    graph = chat_graph().compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "p"}}
+    for i in range(5):
+        graph.invoke({"messages": [human(f"m{i}")]}, config)
+    saver.prune(["p"], strategy="keep_latest")
+    saver.delete_thread("p")  # and the append memory is told nothing by a *different* process:
+    saver._log.forget = lambda *a: None  # type: ignore[method-assign]
+    other = make_saver(backend, tmp_path) if backend == "sqlite" else saver
+    g2 = chat_graph().compile(checkpointer=other)
+    g2.invoke({"messages": [human("fresh")]}, config)
+    graph.invoke({"messages": [human("again")]}, config)  # its memory points at deleted rows
+    assert [m.content for m in graph.get_state(config).values["messages"]] == [
+        "fresh", "echo: fresh", "again", "echo: again"
+    ]
+    if other is not saver:
+        other.close()
+    saver.close()
+
+
+def test_removed_and_replaced_messages(saver: Any) -> None:
+    graph = chat_graph().compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "r"}}
+    for i in range(4):
+        graph.invoke({"messages": [human(f"m{i}")]}, config)
+    msgs = graph.get_state(config).values["messages"]
+    graph.update_state(config, {"messages": [RemoveMessage(id=msgs[0].id),
+                                             AIMessage(content="edited", id=msgs[1].id)]})
+    graph.invoke({"messages": [human("after")]}, config)
+    contents = [m.content for m in graph.get_state(config).values["messages"]]
+    assert contents[:2] == ["edited", "m1"] and contents[-2:] == ["after", "echo: after"]
+
+
+# -- filters, versions --------------------------------------------------------------------
+
+
+def test_filter_matching() -> None:
+    md = {"source": "loop", "step": 3, "tags": {"team": "a", "env": "prod"}, "flag": True}
+    assert matches(md, {"source": "loop", "step": 3})
+    assert matches(md, {"tags": {"team": "a"}})
+    assert not matches(md, {"tags": {"team": "b"}})
+    assert not matches(md, {"step": True}) and not matches(md, {"flag": 1})
+    assert not matches(md, {"missing": None})
+    assert validate_filter(None) == {}
+
+
+def test_versions_monotonic_and_distinct_across_forks() -> None:
+    v1 = next_version(None)
+    v2a, v2b = next_version(v1), next_version(v1)
+    assert v2a > v1 and v2b > v1 and v2a != v2b
+    assert next_version(v2a) > max(v2a, v2b)
+    assert isinstance(next_version(3), float) and next_version(3) > 3
+    s = next_version("00000000000000000000000000000007.0.5")
+    assert isinstance(s, str) and s > "00000000000000000000000000000007.0.5"
+    assert float(version_key(v2a)) == v2a
+
+
+# -- the bridge -----------------------------------------------------------------------------
+
+
+def test_bridge_refuses_sync_call_from_its_own_loop() -> None:
+    bridge = Bridge()
+
+    async def inner() -> int:
+        return 1
+
+    async def reenter() -> None:
+        bridge.run(inner())
+
+    with pytest.raises(RuntimeError, match="use the async method"):
+        bridge.run(reenter())
+    assert bridge.run(inner()) == 1
+    bridge.close()
+
+
+def test_async_mutex_across_loops_and_cancellation() -> None:
+    mutex = AsyncMutex()
+    inside = 0
+    peak = 0
+
+    async def worker(n: int) -> None:
+        nonlocal inside, peak
+        for _ in range(n):
+            async with mutex:
+                inside += 1
+                peak = max(peak, inside)
+                await asyncio.sleep(0)
+                inside -= 1
+
+    async def with_cancel() -> None:
+        await mutex.acquire()
+        waiter = asyncio.ensure_future(mutex.acquire())
+        await asyncio.sleep(0)
+        waiter.cancel()
+        mutex.release()
+        await asyncio.sleep(0.01)
+        await asyncio.wait_for(worker(3), 2)  # not deadlocked by the cancelled waiter
+
+    threads = [threading.Thread(target=lambda: asyncio.run(worker(300))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    asyncio.run(worker(300))
+    for t in threads:
+        t.join()
+    assert peak == 1
+    asyncio.run(with_cancel())
+
+
+# -- storage migrations ---------------------------------------------------------------------
+
+
+def test_migration_chain_shape() -> None:
+    assert LATEST == len(MIGRATIONS) >= 1
+    assert all(step and all(isinstance(s, str) and s.strip() for s in step) for step in MIGRATIONS)
+
+
+def test_newer_storage_version_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "future.db"
+    with SQLiteCheckpointer(db) as saver:
+        saver._sync(saver._store._transaction(
+            ("INSERT INTO lgx_migrations (version, applied_at) VALUES (?, 'x')", (LATEST + 1,)),
+        ))
+    with pytest.raises(StorageVersionError, match="upgrade"):
+        SQLiteCheckpointer(db)
+
+
+def test_import_loads_no_driver_and_connect_urls(tmp_path: Path) -> None:
+    code = "import sys, langgraph_ckpt_ext; assert 'aiosqlite' not in sys.modules, 'loaded'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert isinstance(connect("memory://"), InMemoryCheckpointer)
+    with connect(f"sqlite:///{tmp_path / 'u.db'}") as cp:
+        assert isinstance(cp, SQLiteCheckpointer) and (tmp_path / "u.db").exists()
+    with pytest.raises(ValueError, match="unsupported"):
+        connect("mysql://x")
+
+
+# -- LangGraph's DeltaChannel ---------------------------------------------------------------
+
+
+def _extend(state: list[str], writes: list[list[str]]) -> list[str]:
+    return state + [x for w in writes for x in w]
+
+
+class DeltaState(TypedDict):
+    events: Annotated[list[str], DeltaChannel(_extend, snapshot_frequency=4)]
+    n: Annotated[int, operator.add]
+
+
+def _delta_graph() -> Any:
+    def step(state: DeltaState) -> dict[str, Any]:
+        return {"events": [f"e{state.get('n', 0)}"], "n": 1}
+
+    b = StateGraph(DeltaState)
+    b.add_node("step", step)
+    b.add_edge(START, "step")
+    b.add_edge("step", END)
+    return b
+
+
+def test_delta_channel_history_and_prune(saver: Any) -> None:
+    ours = _delta_graph().compile(checkpointer=saver)
+    ref = _delta_graph().compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "dc"}}
+    for _ in range(11):
+        ours.invoke({"events": ["in"]}, config)
+        ref.invoke({"events": ["in"]}, config)
+    assert ours.get_state(config).values == ref.get_state(config).values
+    assert len(ours.get_state(config).values["events"]) == 22
+    fast = saver.get_delta_channel_history(config=config, channels=["events"])
+    slow = BaseCheckpointSaver.get_delta_channel_history(saver, config=config, channels=["events"])
+    assert fast == slow and fast["events"]["writes"]
+    before = ours.get_state(config).values
+    saver.prune(["dc"], strategy="keep_latest")
+    kept = list(saver.list(config))
+    assert 1 <= len(kept) <= 5  # the newest, and the ancestors back to a snapshot
+    assert ours.get_state(config).values == before
+    ours.invoke({"events": ["more"]}, config)
+    assert ours.get_state(config).values["events"][-2:] == ["more", "e11"]

@@ -1,0 +1,64 @@
+"""Every notebook in notebooks/ runs top to bottom in a kernel of this very interpreter."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+kernelspec = pytest.importorskip("ipykernel.kernelspec")
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+# Lines each notebook must print, besides running without an error.
+EXPECTED = {
+    "01_quickstart.ipynb": [
+        "awaiting approval of: {'action'",
+        "resumed the thread: approved",
+        "fork: rejected - Final answer: nothing deleted; the disk is still full.",
+        "ticket-42       status=approved  Final answer: the disk has room again.",
+        "ticket-42-fork  status=rejected  Final answer: nothing deleted; the disk is still full.",
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def kernel_name(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A kernelspec running `sys.executable`, found before any user or system one."""
+    prefix = tmp_path_factory.mktemp("jupyter")
+    kernelspec.install(kernel_name="lgckpt-test", prefix=str(prefix))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
+        yield "lgckpt-test"
+
+
+def _printed(nb: nbformat.NotebookNode) -> str:
+    return "".join(
+        out.get("text", "")
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.output_type == "stream"
+    )
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.name)
+def test_notebook_runs(path: Path, kernel_name: str) -> None:
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("import sys; print('kernel prefix:', sys.prefix)"))
+    client = nbclient.NotebookClient(
+        nb,
+        kernel_name=kernel_name,
+        timeout=120,
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    )
+    client.execute()  # raises CellExecutionError, with the cell and its traceback, on an error
+
+    printed = _printed(nb)
+    assert f"kernel prefix: {sys.prefix}\n" in printed
+    for line in EXPECTED.get(path.name, []):
+        assert line in printed
