@@ -29,6 +29,4 @@ def connect(url: str, **options: Any) -> StoreCheckpointer:
         rest = url[len("sqlite://") :]
         path = ":memory:" if rest in ("", "/", ":memory:", "/:memory:") else unquote(rest[1:])
         return SQLiteCheckpointer(path, **options)
-    raise ValueError(
-        f"unsupported checkpointer URL {url!r}: use memory://, sqlite:///path.db"
-    )
+    raise ValueError(f"unsupported checkpointer URL {url!r}: use memory://, sqlite:///path.db")

@@ -16,4 +16,5 @@ fi
 
 cd "$root"
 "$python" -m ruff check .
+"$python" -m mypy
 exec "$python" -m pytest -n 2 -q -p no:cacheprovider "$@"

@@ -6,7 +6,7 @@ import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Collection, Sequence
 
-from langgraph.checkpoint.base import SerializerProtocol
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..core.codec import writes_order
 from ..core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
@@ -65,9 +65,12 @@ class MemoryStore:
     async def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
         with self._lock:
             keys = sorted(
-                (k for k in self.checkpoints
-                 if (query.thread_id is None or k[0] == query.thread_id)
-                 and (query.checkpoint_ns is None or k[1] == query.checkpoint_ns)),
+                (
+                    k
+                    for k in self.checkpoints
+                    if (query.thread_id is None or k[0] == query.thread_id)
+                    and (query.checkpoint_ns is None or k[1] == query.checkpoint_ns)
+                ),
                 reverse=True,
             )
             found = [
@@ -127,9 +130,12 @@ class MemoryStore:
 
     async def delete_thread(self, thread_id: str) -> None:
         with self._lock:
-            for table in (self.checkpoints, self.blobs, self.writes):
-                for key in [k for k in table if k[0] == thread_id]:
-                    del table[key]
+            for ns_key in [k for k in self.checkpoints if k[0] == thread_id]:
+                del self.checkpoints[ns_key]
+            for ns_key in [k for k in self.blobs if k[0] == thread_id]:
+                del self.blobs[ns_key]
+            for w_key in [k for k in self.writes if k[0] == thread_id]:
+                del self.writes[w_key]
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         from dataclasses import replace
@@ -167,12 +173,15 @@ class MemoryStore:
                 self.checkpoints.get((thread_id, ns), {}).pop(cid, None)
                 self.writes.pop((thread_id, ns, cid), None)
             remaining = [
-                row for (tid, _), rows in self.checkpoints.items() if tid == thread_id
+                row
+                for (tid, _), rows in self.checkpoints.items()
+                if tid == thread_id
                 for row in rows.values()
             ]
             refs = [
                 BlobRef(ns, b.channel, b.version, b.base_version)
-                for (tid, ns), blobs in self.blobs.items() if tid == thread_id
+                for (tid, ns), blobs in self.blobs.items()
+                if tid == thread_id
                 for b in blobs.values()
             ]
             for ns, channel, version in gc(remaining, refs):
@@ -193,9 +202,7 @@ class InMemoryCheckpointer(StoreCheckpointer):
         >>> graph = builder.compile(checkpointer=InMemoryCheckpointer())  # doctest: +SKIP
     """
 
-    def __init__(
-        self, *, serde: SerializerProtocol | None = None, snapshot_every: int = 256
-    ) -> None:
+    def __init__(self, *, serde: SerializerProtocol | None = None, snapshot_every: int = 256) -> None:
         super().__init__(MemoryStore(), serde=serde, snapshot_every=snapshot_every)
 
     @property

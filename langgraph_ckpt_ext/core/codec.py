@@ -10,8 +10,8 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     PendingWrite,
-    SerializerProtocol,
 )
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .appendlog import AppendLog, Plan
 from .errors import CorruptBlobError, SerializationError
@@ -81,7 +81,11 @@ def encode_blobs(
             type_, data = dumps(serde, value[plan.start :], what)
             rows.append(
                 BlobRow(
-                    channel, vkey, type_, data, plan.base,
+                    channel,
+                    vkey,
+                    type_,
+                    data,
+                    plan.base,
                     full=lambda v=value, w=what: dumps(serde, v, w),  # type: ignore[misc]
                 )
             )

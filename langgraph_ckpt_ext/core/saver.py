@@ -7,10 +7,11 @@ sync twins, which all go through one bridge.
 
 from __future__ import annotations
 
+import builtins
 from collections import defaultdict
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -21,9 +22,9 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     DeltaChannelHistory,
     PendingWrite,
-    SerializerProtocol,
     get_serializable_checkpoint_metadata,
 )
+from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from . import codec
@@ -47,7 +48,7 @@ def strict_serde() -> SerializerProtocol:
     return JsonPlusSerializer(allowed_msgpack_modules=None)
 
 
-class StoreCheckpointer(BaseCheckpointSaver[Version]):
+class StoreCheckpointer(BaseCheckpointSaver[str]):
     """A checkpointer over a `Store`; one object serves sync and async graph calls.
 
     Args:
@@ -131,7 +132,9 @@ class StoreCheckpointer(BaseCheckpointSaver[Version]):
     ) -> Mapping[str, DeltaChannelHistory]:
         return self._sync(self.aget_delta_channel_history(config=config, channels=channels))
 
-    def get_next_version(self, current: Version | None, channel: None = None) -> Version:
+    def get_next_version(  # type: ignore[override]
+        self, current: Version | None, channel: None = None
+    ) -> Version:
         return next_version(current)
 
     # -- writing --------------------------------------------------------------------------
@@ -182,8 +185,13 @@ class StoreCheckpointer(BaseCheckpointSaver[Version]):
                 "these writes belong to (the config that put returned)"
             )
         rows = codec.encode_writes(
-            self.serde, thread_id, checkpoint_ns_of(config), checkpoint_id, writes,
-            str(task_id), task_path,
+            self.serde,
+            thread_id,
+            checkpoint_ns_of(config),
+            checkpoint_id,
+            writes,
+            str(task_id),
+            task_path,
         )
         if rows:
             await self._store.write_writes(rows)
@@ -217,7 +225,7 @@ class StoreCheckpointer(BaseCheckpointSaver[Version]):
             before=checkpoint_id_of(before) if before else None,
         )
         left = limit
-        page: list[CheckpointRow] = []
+        page: builtins.list[CheckpointRow] = []
         rows = self._store.iter_checkpoints(query)
         try:
             async for row in rows:
@@ -243,12 +251,12 @@ class StoreCheckpointer(BaseCheckpointSaver[Version]):
     def _header(self, row: CheckpointRow) -> dict[str, Any]:
         return codec.decode_header(self.serde, row.checkpoint, f"checkpoint {row.checkpoint_id!r}")
 
-    async def _load(self, rows: Sequence[CheckpointRow]) -> list[CheckpointTuple]:
+    async def _load(self, rows: Sequence[CheckpointRow]) -> builtins.list[CheckpointTuple]:
         """Checkpoint tuples for rows, with one blob read and one write read per namespace."""
-        groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+        groups: dict[tuple[str, str], builtins.list[int]] = defaultdict(list)
         for i, row in enumerate(rows):
             groups[(row.thread_id, row.checkpoint_ns)].append(i)
-        out: list[CheckpointTuple | None] = [None] * len(rows)
+        out: builtins.list[CheckpointTuple | None] = [None] * len(rows)
         for (thread_id, ns), idxs in groups.items():
             headers = {i: self._header(rows[i]) for i in idxs}
             wanted = {i: codec.blob_keys(h["channel_versions"]) for i, h in headers.items()}
@@ -258,20 +266,21 @@ class StoreCheckpointer(BaseCheckpointSaver[Version]):
             writes = await self._store.read_writes(thread_id, ns, ids)
             for i in idxs:
                 row = rows[i]
-                checkpoint: Checkpoint = {  # type: ignore[typeddict-item]
-                    **headers[i],
-                    "id": row.checkpoint_id,
-                    "channel_values": codec.resolve_blobs(self.serde, blobs, wanted[i]),
-                }
+                checkpoint = cast(
+                    Checkpoint,
+                    {
+                        **headers[i],
+                        "id": row.checkpoint_id,
+                        "channel_values": codec.resolve_blobs(self.serde, blobs, wanted[i]),
+                    },
+                )
                 parent = row.parent_checkpoint_id
                 out[i] = CheckpointTuple(
                     config=make_config(thread_id, ns, row.checkpoint_id),
                     checkpoint=checkpoint,
                     metadata=self._metadata(row),
                     parent_config=make_config(thread_id, ns, parent) if parent else None,
-                    pending_writes=codec.decode_writes(
-                        self.serde, writes.get(row.checkpoint_id, [])
-                    ),
+                    pending_writes=codec.decode_writes(self.serde, writes.get(row.checkpoint_id, [])),
                 )
         return out  # type: ignore[return-value]
 
@@ -286,7 +295,7 @@ class StoreCheckpointer(BaseCheckpointSaver[Version]):
         target = await self._store.read_checkpoint(thread_id, ns, checkpoint_id_of(config))
         remaining = set(channels)
         seeds: dict[str, Any] = {}
-        collected: list[list[PendingWrite]] = []  # per ancestor, nearest first
+        collected: builtins.list[builtins.list[PendingWrite]] = []  # per ancestor, nearest first
         cursor = target.parent_checkpoint_id if target else None
         while cursor is not None and remaining:
             batch = await self._store.read_ancestors(thread_id, ns, cursor, _PAGE)
@@ -332,7 +341,7 @@ class StoreCheckpointer(BaseCheckpointSaver[Version]):
         ids = [str(r) for r in run_ids]
         if not ids:
             return
-        by_thread: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        by_thread: dict[str, builtins.list[tuple[str, str]]] = defaultdict(list)
         for thread_id, ns, checkpoint_id in await self._store.find_runs(ids):
             by_thread[thread_id].append((ns, checkpoint_id))
         for thread_id, victims in by_thread.items():
@@ -354,12 +363,12 @@ class StoreCheckpointer(BaseCheckpointSaver[Version]):
                     await self._store.delete_checkpoints(thread_id, victims, self._plan_gc)
             self._log.forget(thread_id)
 
-    async def _prune_victims(self, thread_id: str) -> list[tuple[str, str]]:
+    async def _prune_victims(self, thread_id: str) -> builtins.list[tuple[str, str]]:
         rows = [r async for r in self._store.iter_checkpoints(ListQuery(thread_id=thread_id))]
         by_ns: dict[str, dict[str, CheckpointRow]] = defaultdict(dict)
         for row in rows:
             by_ns[row.checkpoint_ns][row.checkpoint_id] = row
-        victims: list[tuple[str, str]] = []
+        victims: builtins.list[tuple[str, str]] = []
         for ns, by_id in by_ns.items():
             keep = await self._delta_ancestry(thread_id, ns, by_id, max(by_id))
             victims += [(ns, cid) for cid in by_id if cid not in keep]
@@ -373,7 +382,7 @@ class StoreCheckpointer(BaseCheckpointSaver[Version]):
         counters = self._metadata(by_id[latest]).get("counters_since_delta_snapshot") or {}
         needed = set(counters)
         cursor = by_id[latest].parent_checkpoint_id
-        while needed and cursor in by_id:
+        while needed and cursor is not None and cursor in by_id:
             keep.add(cursor)
             versions = codec.blob_keys(self._header(by_id[cursor])["channel_versions"])
             keys = {(ch, versions[ch]) for ch in needed if ch in versions}
@@ -384,7 +393,7 @@ class StoreCheckpointer(BaseCheckpointSaver[Version]):
 
     def _plan_gc(
         self, remaining: Sequence[CheckpointRow], refs: Sequence[BlobRef]
-    ) -> list[BlobKey]:
+    ) -> builtins.list[BlobKey]:
         """Blobs that no remaining checkpoint reads, directly or as an append-delta base."""
         by_key = {(r.checkpoint_ns, r.channel, r.version): r for r in refs}
         live: set[BlobKey] = set()

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import aiosqlite
-from langgraph.checkpoint.base import SerializerProtocol
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...core.bridge import Bridge
 from ...core.saver import StoreCheckpointer

@@ -120,8 +120,15 @@ class SQLiteStore:
                     )
                 await w.execute(
                     sql.UPSERT_CHECKPOINT,
-                    (tid, ns, row.checkpoint_id, row.parent_checkpoint_id, row.run_id,
-                     *row.checkpoint, *row.metadata),
+                    (
+                        tid,
+                        ns,
+                        row.checkpoint_id,
+                        row.parent_checkpoint_id,
+                        row.run_id,
+                        *row.checkpoint,
+                        *row.metadata,
+                    ),
                 )
                 await w.execute("COMMIT")
             except BaseException:
@@ -131,8 +138,17 @@ class SQLiteStore:
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
         def params(r: WriteRow) -> tuple[Any, ...]:
-            return (r.thread_id, r.checkpoint_ns, r.checkpoint_id, r.task_id, r.idx,
-                    r.channel, r.type, r.data, r.task_path)
+            return (
+                r.thread_id,
+                r.checkpoint_ns,
+                r.checkpoint_id,
+                r.task_id,
+                r.idx,
+                r.channel,
+                r.type,
+                r.data,
+                r.task_path,
+            )
 
         keep = [params(r) for r in rows if r.idx >= 0]
         replace = [params(r) for r in rows if r.idx < 0]
@@ -152,9 +168,7 @@ class SQLiteStore:
         await self._transaction(*((s, (thread_id,)) for s in sql.DELETE_THREAD))
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._transaction(
-            *((s, (target_thread_id, source_thread_id)) for s in sql.COPY_THREAD)
-        )
+        await self._transaction(*((s, (target_thread_id, source_thread_id)) for s in sql.COPY_THREAD))
 
     async def delete_checkpoints(
         self, thread_id: str, victims: Collection[tuple[str, str]], gc: GcPlanner
@@ -166,10 +180,14 @@ class SQLiteStore:
             try:
                 await w.executemany(sql.DELETE_CHECKPOINT, keys)
                 await w.executemany(sql.DELETE_CHECKPOINT_WRITES, keys)
-                remaining = [_checkpoint(r) for r in
-                             await w.execute_fetchall(sql.SELECT_THREAD_CHECKPOINTS, (thread_id,))]
-                refs = [BlobRef(*r) for r in
-                        await w.execute_fetchall(sql.SELECT_THREAD_BLOB_REFS, (thread_id,))]
+                remaining = [
+                    _checkpoint(r)
+                    for r in await w.execute_fetchall(sql.SELECT_THREAD_CHECKPOINTS, (thread_id,))
+                ]
+                refs = [
+                    BlobRef(*r)
+                    for r in await w.execute_fetchall(sql.SELECT_THREAD_BLOB_REFS, (thread_id,))
+                ]
                 dead = [(thread_id, *k) for k in gc(remaining, refs)]
                 if dead:
                     await w.executemany(sql.DELETE_BLOB, dead)
@@ -197,7 +215,8 @@ class SQLiteStore:
 
     async def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
         base: list[Any] = [
-            v for v in (query.thread_id, query.checkpoint_ns, query.checkpoint_id, query.before)
+            v
+            for v in (query.thread_id, query.checkpoint_ns, query.checkpoint_id, query.before)
             if v is not None
         ]
         cursor: tuple[str, str, str] | None = None
@@ -230,9 +249,7 @@ class SQLiteStore:
         out: dict[tuple[str, str], BlobRow] = {}
         for chunk in _chunks(sorted(keys)):
             params = [thread_id, ns, *(x for key in chunk for x in key)]
-            for ch, ver, type_, data, base in await self._fetchall(
-                sql.select_blobs(len(chunk)), params
-            ):
+            for ch, ver, type_, data, base in await self._fetchall(sql.select_blobs(len(chunk)), params):
                 out[(ch, ver)] = BlobRow(ch, ver, type_, data, base)
         return out
 
