@@ -231,9 +231,9 @@ def test_migration_chain_shape() -> None:
 def test_newer_storage_version_is_refused(tmp_path: Path) -> None:
     db = tmp_path / "future.db"
     with SQLiteCheckpointer(db) as saver:
-        saver._sync(saver._store._transaction(
-            ("INSERT INTO lgx_migrations (version, applied_at) VALUES (?, 'x')", (LATEST + 1,)),
-        ))
+        saver._sync(saver._store._commits.submit(lambda conn: conn.execute(
+            "INSERT INTO lgx_migrations (version, applied_at) VALUES (?, 'x')", (LATEST + 1,)
+        )))
     with pytest.raises(StorageVersionError, match="upgrade"):
         SQLiteCheckpointer(db)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -26,6 +26,7 @@ class MemoryStore:
         self.checkpoints: dict[_NsKey, dict[str, CheckpointRow]] = defaultdict(dict)
         self.blobs: dict[_NsKey, dict[tuple[str, str], BlobRow]] = defaultdict(dict)
         self.writes: dict[tuple[str, str, str], dict[tuple[str, int], WriteRow]] = defaultdict(dict)
+        self.latest: dict[_NsKey, str] = {}  # newest checkpoint id per namespace
         self._lock = threading.RLock()
 
     async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
@@ -39,7 +40,10 @@ class MemoryStore:
                     blob = BlobRow(blob.channel, blob.version, type_, data)
                     fell_back.add(blob.channel)
                 stored[(blob.channel, blob.version)] = blob
-            self.checkpoints[(row.thread_id, row.checkpoint_ns)][row.checkpoint_id] = row
+            key = (row.thread_id, row.checkpoint_ns)
+            self.checkpoints[key][row.checkpoint_id] = row
+            if self.latest.get(key, "") < row.checkpoint_id:
+                self.latest[key] = row.checkpoint_id
         return fell_back
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
@@ -59,8 +63,23 @@ class MemoryStore:
             if not rows:
                 return None
             if checkpoint_id is None:
-                return rows[max(rows)]
+                return rows[self.latest[(thread_id, ns)]]
             return rows.get(checkpoint_id)
+
+    async def read_tuple(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str | None,
+        wanted: Callable[[CheckpointRow], Collection[tuple[str, str]]],
+    ) -> tuple[CheckpointRow, dict[tuple[str, str], BlobRow], list[WriteRow]] | None:
+        with self._lock:
+            row = await self.read_checkpoint(thread_id, ns, checkpoint_id)
+            if row is None:
+                return None
+            blobs = await self.read_blobs(thread_id, ns, wanted(row))
+            writes = await self.read_writes(thread_id, ns, [row.checkpoint_id])
+            return row, blobs, writes.get(row.checkpoint_id, [])
 
     async def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
         with self._lock:
@@ -132,6 +151,7 @@ class MemoryStore:
         with self._lock:
             for ns_key in [k for k in self.checkpoints if k[0] == thread_id]:
                 del self.checkpoints[ns_key]
+                self.latest.pop(ns_key, None)
             for ns_key in [k for k in self.blobs if k[0] == thread_id]:
                 del self.blobs[ns_key]
             for w_key in [k for k in self.writes if k[0] == thread_id]:
@@ -146,6 +166,8 @@ class MemoryStore:
                     target = self.checkpoints[(target_thread_id, ns)]
                     for cid, row in rows.items():
                         target.setdefault(cid, replace(row, thread_id=target_thread_id))
+                    if target:
+                        self.latest[(target_thread_id, ns)] = max(target)
             for (tid, ns), blobs in list(self.blobs.items()):
                 if tid == source_thread_id:
                     self.blobs[(target_thread_id, ns)].update(blobs)
@@ -172,6 +194,13 @@ class MemoryStore:
             for ns, cid in victims:
                 self.checkpoints.get((thread_id, ns), {}).pop(cid, None)
                 self.writes.pop((thread_id, ns, cid), None)
+            for ns in {ns for ns, _ in victims}:
+                rows = self.checkpoints.get((thread_id, ns))
+                if rows:
+                    self.latest[(thread_id, ns)] = max(rows)
+                else:
+                    self.checkpoints.pop((thread_id, ns), None)
+                    self.latest.pop((thread_id, ns), None)
             remaining = [
                 row
                 for (tid, _), rows in self.checkpoints.items()

@@ -99,6 +99,18 @@ class AppendLog:
             while len(self._chains) > self.max_entries:
                 self._chains.popitem(last=False)
 
+    def cached(self, thread_id: str, ns: str, channel: str, version: str) -> list[Any] | None:
+        """The list stored at `version` if it is the last one this process wrote, else None.
+
+        Reading it back costs a list copy instead of a deserialization; the items are the very
+        objects LangGraph handed to `put`, which, like LangGraph, we treat as immutable.
+        """
+        with self._guard:
+            chain = self._chains.get((thread_id, ns, channel))
+        if chain is None or chain.segments[-1].version != version:
+            return None
+        return list(chain.items)
+
     def forget(self, thread_id: str | None = None) -> None:
         """Drop what is remembered for one thread (or all): its rows may be gone."""
         with self._guard:

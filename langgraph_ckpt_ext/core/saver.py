@@ -199,12 +199,57 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
     # -- reading --------------------------------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        row = await self._store.read_checkpoint(
-            thread_id_of(config), checkpoint_ns_of(config), checkpoint_id_of(config)
-        )
-        if row is None:
+        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        headers: dict[str, dict[str, Any]] = {}
+        cached: dict[str, Any] = {}
+
+        def wanted(row: CheckpointRow) -> builtins.list[tuple[str, str]]:
+            headers[row.checkpoint_id] = header = self._header(row)
+            keys, hits = self._split_cached(thread_id, ns, header)
+            cached.update(hits)
+            return keys
+
+        found = await self._store.read_tuple(thread_id, ns, checkpoint_id_of(config), wanted)
+        if found is None:
             return None
-        return (await self._load([row]))[0]
+        row, blobs, writes = found
+        return self._tuple(row, headers[row.checkpoint_id], blobs, cached, writes)
+
+    def _split_cached(
+        self, thread_id: str, ns: str, header: Mapping[str, Any]
+    ) -> tuple[builtins.list[tuple[str, str]], dict[str, Any]]:
+        """Blob keys to read, and the values this process still holds (see AppendLog)."""
+        keys, hits = [], {}
+        for ch, v in codec.blob_keys(header["channel_versions"]).items():
+            value = self._log.cached(thread_id, ns, ch, v)
+            if value is None:
+                keys.append((ch, v))
+            else:
+                hits[ch] = value
+        return keys, hits
+
+    def _tuple(
+        self,
+        row: CheckpointRow,
+        header: Mapping[str, Any],
+        blobs: Mapping[tuple[str, str], Any],
+        cached: Mapping[str, Any],
+        writes: Sequence[Any],
+    ) -> CheckpointTuple:
+        thread_id, ns, parent = row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id
+        keys = codec.blob_keys(header["channel_versions"])
+        values = codec.resolve_blobs(
+            self.serde, blobs, {ch: v for ch, v in keys.items() if ch not in cached}
+        )
+        values.update(cached)
+        checkpoint = cast(Checkpoint, {**header, "id": row.checkpoint_id, "channel_values": values})
+        return CheckpointTuple(
+            config=make_config(thread_id, ns, row.checkpoint_id),
+            checkpoint=checkpoint,
+            metadata=self._metadata(row),
+            parent_config=make_config(thread_id, ns, parent) if parent else None,
+            pending_writes=codec.decode_writes(self.serde, writes),
+        )
 
     async def alist(
         self,
@@ -253,34 +298,20 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
 
     async def _load(self, rows: Sequence[CheckpointRow]) -> builtins.list[CheckpointTuple]:
         """Checkpoint tuples for rows, with one blob read and one write read per namespace."""
-        groups: dict[tuple[str, str], builtins.list[int]] = defaultdict(list)
+        groups: dict[tuple[str, str], builtins.list[int]] = defaultdict(builtins.list)
         for i, row in enumerate(rows):
             groups[(row.thread_id, row.checkpoint_ns)].append(i)
         out: builtins.list[CheckpointTuple | None] = [None] * len(rows)
         for (thread_id, ns), idxs in groups.items():
             headers = {i: self._header(rows[i]) for i in idxs}
-            wanted = {i: codec.blob_keys(h["channel_versions"]) for i, h in headers.items()}
-            keys = {(ch, v) for w in wanted.values() for ch, v in w.items()}
+            split = {i: self._split_cached(thread_id, ns, h) for i, h in headers.items()}
+            keys = {key for i in idxs for key in split[i][0]}
             blobs = await self._store.read_blobs(thread_id, ns, keys) if keys else {}
             ids = [rows[i].checkpoint_id for i in idxs]
             writes = await self._store.read_writes(thread_id, ns, ids)
             for i in idxs:
-                row = rows[i]
-                checkpoint = cast(
-                    Checkpoint,
-                    {
-                        **headers[i],
-                        "id": row.checkpoint_id,
-                        "channel_values": codec.resolve_blobs(self.serde, blobs, wanted[i]),
-                    },
-                )
-                parent = row.parent_checkpoint_id
-                out[i] = CheckpointTuple(
-                    config=make_config(thread_id, ns, row.checkpoint_id),
-                    checkpoint=checkpoint,
-                    metadata=self._metadata(row),
-                    parent_config=make_config(thread_id, ns, parent) if parent else None,
-                    pending_writes=codec.decode_writes(self.serde, writes.get(row.checkpoint_id, [])),
+                out[i] = self._tuple(
+                    rows[i], headers[i], blobs, split[i][1], writes.get(rows[i].checkpoint_id, [])
                 )
         return out  # type: ignore[return-value]
 

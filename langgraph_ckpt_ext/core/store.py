@@ -41,6 +41,17 @@ class Store(Protocol):
         """One checkpoint, or the newest of the namespace when `checkpoint_id` is None."""
         ...
 
+    async def read_tuple(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str | None,
+        wanted: Callable[[CheckpointRow], Collection[tuple[str, str]]],
+    ) -> tuple[CheckpointRow, dict[tuple[str, str], BlobRow], list[WriteRow]] | None:
+        """One checkpoint (the newest when `checkpoint_id` is None) with the blobs that
+        `wanted(row)` names (and their bases) and its writes, in one round trip."""
+        ...
+
     def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
         """Checkpoints matching `query`, newest first: by checkpoint id, then thread id, descending."""
         ...

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator, Collection, Iterable, Sequence
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import aiosqlite
 
-from ...core.bridge import AsyncMutex
 from ...core.errors import StorageVersionError
 from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
 from ...core.store import GcPlanner
 from . import sql
 from .migrations import LATEST, MIGRATIONS
+from .worker import Db, GroupCommit
 
 _CHUNK = 400  # keys per statement, well under SQLite's bound-parameter limit
 _PAGE = 64  # checkpoint rows per `list` page
@@ -29,178 +30,158 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]
         yield items[i : i + size]
 
 
-class _NoLock:
-    async def __aenter__(self) -> None:
-        return None
+def _migrate(conn: sqlite3.Connection) -> int:
+    conn.execute(sql.CREATE_MIGRATIONS)
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = int(conn.execute(sql.SELECT_STORAGE_VERSION).fetchone()[0])
+            if current > LATEST:
+                raise StorageVersionError(
+                    f"this database has storage version {current}, newer than the {LATEST} "
+                    "this langgraph-ckpt-ext knows: upgrade the package"
+                )
+            if current < LATEST:
+                for statement in MIGRATIONS[current]:
+                    conn.execute(statement)
+                now = dt.datetime.now(dt.timezone.utc).isoformat()
+                conn.execute(sql.INSERT_MIGRATION, (current + 1, now))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        if current >= LATEST:
+            return current
 
-    async def __aexit__(self, *exc: object) -> None:
-        return None
+
+def _blobs(
+    conn: sqlite3.Connection, thread_id: str, ns: str, keys: Collection[tuple[str, str]]
+) -> dict[tuple[str, str], BlobRow]:
+    out: dict[tuple[str, str], BlobRow] = {}
+    for chunk in _chunks(sorted(keys)):
+        params = [thread_id, ns, *(x for key in chunk for x in key)]
+        for ch, ver, type_, data, base in conn.execute(sql.select_blobs(len(chunk)), params):
+            out[(ch, ver)] = BlobRow(ch, ver, type_, data, base)
+    return out
+
+
+def _writes(
+    conn: sqlite3.Connection,
+    thread_id: str,
+    ns: str,
+    ids: Sequence[str],
+    channels: Collection[str] | None,
+) -> dict[str, list[WriteRow]]:
+    chans = sorted(channels) if channels is not None else []
+    out: dict[str, list[WriteRow]] = {}
+    for chunk in _chunks(ids):
+        statement = sql.select_writes(len(chunk), len(chans))
+        for r in conn.execute(statement, [thread_id, ns, *chunk, *chans]):
+            row = WriteRow(*r)
+            out.setdefault(row.checkpoint_id, []).append(row)
+    return out
 
 
 class SQLiteStore:
-    """Rows in SQLite. Writes go through one connection, one transaction at a time
-    (`BEGIN IMMEDIATE`, so processes sharing the file queue on the busy timeout); reads of a
-    file database use a second connection, which in WAL mode sees only committed data."""
+    """Rows in SQLite. Writes go through one connection and commit in groups (`BEGIN
+    IMMEDIATE`, so processes sharing the file queue on the busy timeout); reads of a file
+    database use a second connection, which in WAL mode sees only committed data. Each
+    operation is one round trip to its connection's thread, so it is atomic with respect to
+    every other operation of this process."""
 
     inline = False
 
     def __init__(self, writer: aiosqlite.Connection, reader: aiosqlite.Connection | None) -> None:
-        self._writer = writer
-        self._reader = reader or writer
-        self._write_lock = AsyncMutex()
-        # One shared connection (":memory:") must not read inside another call's transaction.
-        self._read_lock: AsyncMutex | _NoLock = self._write_lock if reader is None else _NoLock()
+        self._writer = Db(writer)
+        self._reader = Db(reader) if reader is not None else self._writer
+        self._commits = GroupCommit(self._writer)
         self.owns_connections = True
-
-    # -- set-up -------------------------------------------------------------------------------
 
     async def migrate(self) -> int:
         """Apply pending storage migrations; returns the storage version now in force."""
-        async with self._write_lock:
-            await self._writer.execute(sql.CREATE_MIGRATIONS)
-            while True:
-                await self._writer.execute("BEGIN IMMEDIATE")
-                try:
-                    async with self._writer.execute(sql.SELECT_STORAGE_VERSION) as cur:
-                        row = await cur.fetchone()
-                    current = int(row[0]) if row else 0
-                    if current > LATEST:
-                        raise StorageVersionError(
-                            f"this database has storage version {current}, newer than the "
-                            f"{LATEST} this langgraph-ckpt-ext knows: upgrade the package"
-                        )
-                    if current == LATEST:
-                        await self._writer.execute("COMMIT")
-                        return current
-                    for statement in MIGRATIONS[current]:
-                        await self._writer.execute(statement)
-                    now = dt.datetime.now(dt.timezone.utc).isoformat()
-                    await self._writer.execute(sql.INSERT_MIGRATION, (current + 1, now))
-                    await self._writer.execute("COMMIT")
-                except BaseException:
-                    await self._writer.execute("ROLLBACK")
-                    raise
+        return await self._writer.call(_migrate)
 
     # -- writing ----------------------------------------------------------------------------
 
-    async def _transaction(self, *steps: tuple[str, Sequence[Any]]) -> None:
-        async with self._write_lock:
-            await self._writer.execute("BEGIN IMMEDIATE")
-            try:
-                for statement, params in steps:
-                    await self._writer.execute(statement, params)
-                await self._writer.execute("COMMIT")
-            except BaseException:
-                await self._writer.execute("ROLLBACK")
-                raise
-
     async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
         tid, ns = row.thread_id, row.checkpoint_ns
-        full = [b for b in blobs if b.base_version is None]
-        fell_back: set[str] = set()
-        w = self._writer
-        async with self._write_lock:
-            await w.execute("BEGIN IMMEDIATE")
-            try:
-                for b in blobs:
-                    if b.base_version is None:
-                        continue
-                    cur = await w.execute(
-                        sql.INSERT_DELTA_IF_BASE,
-                        (tid, ns, b.channel, b.version, b.type, b.data, b.base_version),
-                    )
-                    if cur.rowcount == 0:  # the base is gone (pruned, or another process)
-                        assert b.full is not None
-                        full.append(BlobRow(b.channel, b.version, *b.full()))
-                        fell_back.add(b.channel)
-                if full:
-                    await w.executemany(
-                        sql.UPSERT_BLOB,
-                        [(tid, ns, b.channel, b.version, b.type, b.data) for b in full],
-                    )
-                await w.execute(
-                    sql.UPSERT_CHECKPOINT,
-                    (
-                        tid,
-                        ns,
-                        row.checkpoint_id,
-                        row.parent_checkpoint_id,
-                        row.run_id,
-                        *row.checkpoint,
-                        *row.metadata,
-                    ),
+
+        def op(conn: sqlite3.Connection) -> set[str]:
+            fell_back: set[str] = set()
+            full = [(b.channel, b.version, b.type, b.data) for b in blobs if b.base_version is None]
+            for b in blobs:
+                if b.base_version is None:
+                    continue
+                cur = conn.execute(
+                    sql.INSERT_DELTA_IF_BASE,
+                    (tid, ns, b.channel, b.version, b.type, b.data, b.base_version),
                 )
-                await w.execute("COMMIT")
-            except BaseException:
-                await w.execute("ROLLBACK")
-                raise
-        return fell_back
+                if cur.rowcount == 0:  # the base is gone (pruned, or by another process)
+                    assert b.full is not None
+                    full.append((b.channel, b.version, *b.full()))
+                    fell_back.add(b.channel)
+            if full:
+                conn.executemany(sql.UPSERT_BLOB, [(tid, ns, *f) for f in full])
+            conn.execute(
+                sql.UPSERT_CHECKPOINT,
+                (tid, ns, row.checkpoint_id, row.parent_checkpoint_id, row.run_id,
+                 *row.checkpoint, *row.metadata),
+            )
+            return fell_back
+
+        return await self._commits.submit(op)  # type: ignore[no-any-return]
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
         def params(r: WriteRow) -> tuple[Any, ...]:
-            return (
-                r.thread_id,
-                r.checkpoint_ns,
-                r.checkpoint_id,
-                r.task_id,
-                r.idx,
-                r.channel,
-                r.type,
-                r.data,
-                r.task_path,
-            )
+            return (r.thread_id, r.checkpoint_ns, r.checkpoint_id, r.task_id, r.idx,
+                    r.channel, r.type, r.data, r.task_path)
 
         keep = [params(r) for r in rows if r.idx >= 0]
         replace = [params(r) for r in rows if r.idx < 0]
-        async with self._write_lock:
-            await self._writer.execute("BEGIN IMMEDIATE")
-            try:
-                if keep:
-                    await self._writer.executemany(sql.INSERT_WRITE_KEEP, keep)
-                if replace:
-                    await self._writer.executemany(sql.INSERT_WRITE_REPLACE, replace)
-                await self._writer.execute("COMMIT")
-            except BaseException:
-                await self._writer.execute("ROLLBACK")
-                raise
+
+        def op(conn: sqlite3.Connection) -> None:
+            if keep:
+                conn.executemany(sql.INSERT_WRITE_KEEP, keep)
+            if replace:
+                conn.executemany(sql.INSERT_WRITE_REPLACE, replace)
+
+        await self._commits.submit(op)
 
     async def delete_thread(self, thread_id: str) -> None:
-        await self._transaction(*((s, (thread_id,)) for s in sql.DELETE_THREAD))
+        def op(conn: sqlite3.Connection) -> None:
+            for statement in sql.DELETE_THREAD:
+                conn.execute(statement, (thread_id,))
+
+        await self._commits.submit(op)
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._transaction(*((s, (target_thread_id, source_thread_id)) for s in sql.COPY_THREAD))
+        def op(conn: sqlite3.Connection) -> None:
+            for statement in sql.COPY_THREAD:
+                conn.execute(statement, (target_thread_id, source_thread_id))
+
+        await self._commits.submit(op)
 
     async def delete_checkpoints(
         self, thread_id: str, victims: Collection[tuple[str, str]], gc: GcPlanner
     ) -> None:
-        w = self._writer
         keys = [(thread_id, ns, cid) for ns, cid in victims]
-        async with self._write_lock:
-            await w.execute("BEGIN IMMEDIATE")
-            try:
-                await w.executemany(sql.DELETE_CHECKPOINT, keys)
-                await w.executemany(sql.DELETE_CHECKPOINT_WRITES, keys)
-                remaining = [
-                    _checkpoint(r)
-                    for r in await w.execute_fetchall(sql.SELECT_THREAD_CHECKPOINTS, (thread_id,))
-                ]
-                refs = [
-                    BlobRef(*r)
-                    for r in await w.execute_fetchall(sql.SELECT_THREAD_BLOB_REFS, (thread_id,))
-                ]
-                dead = [(thread_id, *k) for k in gc(remaining, refs)]
-                if dead:
-                    await w.executemany(sql.DELETE_BLOB, dead)
-                await w.execute("COMMIT")
-            except BaseException:
-                await w.execute("ROLLBACK")
-                raise
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.executemany(sql.DELETE_CHECKPOINT, keys)
+            conn.executemany(sql.DELETE_CHECKPOINT_WRITES, keys)
+            remaining = [_checkpoint(r) for r in
+                         conn.execute(sql.SELECT_THREAD_CHECKPOINTS, (thread_id,))]
+            refs = [BlobRef(*r) for r in conn.execute(sql.SELECT_THREAD_BLOB_REFS, (thread_id,))]
+            dead = [(thread_id, *k) for k in gc(remaining, refs)]
+            if dead:
+                conn.executemany(sql.DELETE_BLOB, dead)
+
+        await self._commits.submit(op)
 
     # -- reading ----------------------------------------------------------------------------
 
-    async def _fetchall(self, statement: str, params: Sequence[Any]) -> Iterable[Any]:
-        async with self._read_lock:
-            return await self._reader.execute_fetchall(statement, params)
+    async def _fetchall(self, statement: str, params: Sequence[Any]) -> list[Any]:
+        return await self._reader.call(lambda conn: conn.execute(statement, params).fetchall())
 
     async def read_checkpoint(
         self, thread_id: str, ns: str, checkpoint_id: str | None
@@ -209,14 +190,11 @@ class SQLiteStore:
             rows = await self._fetchall(sql.SELECT_LATEST_CHECKPOINT, (thread_id, ns))
         else:
             rows = await self._fetchall(sql.SELECT_CHECKPOINT, (thread_id, ns, checkpoint_id))
-        for r in rows:
-            return _checkpoint(r)
-        return None
+        return _checkpoint(rows[0]) if rows else None
 
     async def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
         base: list[Any] = [
-            v
-            for v in (query.thread_id, query.checkpoint_ns, query.checkpoint_id, query.before)
+            v for v in (query.thread_id, query.checkpoint_ns, query.checkpoint_id, query.before)
             if v is not None
         ]
         cursor: tuple[str, str, str] | None = None
@@ -228,8 +206,8 @@ class SQLiteStore:
                 before=query.before is not None,
                 after_cursor=cursor is not None,
             )
-            params = [*base, *(cursor or ()), _PAGE]
-            page = [_checkpoint(r) for r in await self._fetchall(statement, params)]
+            page = [_checkpoint(r) for r in
+                    await self._fetchall(statement, [*base, *(cursor or ()), _PAGE])]
             for row in page:
                 yield row
             if len(page) < _PAGE:
@@ -243,15 +221,33 @@ class SQLiteStore:
         rows = await self._fetchall(sql.SELECT_ANCESTORS, (thread_id, ns, checkpoint_id, limit))
         return [_checkpoint(r) for r in rows]
 
+    async def read_tuple(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str | None,
+        wanted: Callable[[CheckpointRow], Collection[tuple[str, str]]],
+    ) -> tuple[CheckpointRow, dict[tuple[str, str], BlobRow], list[WriteRow]] | None:
+        def op(conn: sqlite3.Connection) -> Any:
+            if checkpoint_id is None:
+                found = conn.execute(sql.SELECT_LATEST_CHECKPOINT, (thread_id, ns)).fetchone()
+            else:
+                found = conn.execute(
+                    sql.SELECT_CHECKPOINT, (thread_id, ns, checkpoint_id)
+                ).fetchone()
+            if found is None:
+                return None
+            row = _checkpoint(found)
+            blobs = _blobs(conn, thread_id, ns, wanted(row))
+            writes = _writes(conn, thread_id, ns, [row.checkpoint_id], None)
+            return row, blobs, writes.get(row.checkpoint_id, [])
+
+        return await self._reader.call(op)
+
     async def read_blobs(
         self, thread_id: str, ns: str, keys: Collection[tuple[str, str]]
     ) -> dict[tuple[str, str], BlobRow]:
-        out: dict[tuple[str, str], BlobRow] = {}
-        for chunk in _chunks(sorted(keys)):
-            params = [thread_id, ns, *(x for key in chunk for x in key)]
-            for ch, ver, type_, data, base in await self._fetchall(sql.select_blobs(len(chunk)), params):
-                out[(ch, ver)] = BlobRow(ch, ver, type_, data, base)
-        return out
+        return await self._reader.call(lambda conn: _blobs(conn, thread_id, ns, keys))
 
     async def read_writes(
         self,
@@ -260,16 +256,10 @@ class SQLiteStore:
         checkpoint_ids: Collection[str],
         channels: Collection[str] | None = None,
     ) -> dict[str, list[WriteRow]]:
-        out: dict[str, list[WriteRow]] = {}
-        chans = sorted(channels) if channels is not None else []
-        if channels is not None and not chans:
-            return out
-        for chunk in _chunks(list(checkpoint_ids)):
-            statement = sql.select_writes(len(chunk), len(chans))
-            for r in await self._fetchall(statement, [thread_id, ns, *chunk, *chans]):
-                row = WriteRow(*r)
-                out.setdefault(row.checkpoint_id, []).append(row)
-        return out
+        if channels is not None and not channels:
+            return {}
+        ids = list(checkpoint_ids)
+        return await self._reader.call(lambda conn: _writes(conn, thread_id, ns, ids, channels))
 
     async def find_runs(self, run_ids: Collection[str]) -> list[tuple[str, str, str]]:
         out: list[tuple[str, str, str]] = []
@@ -280,6 +270,6 @@ class SQLiteStore:
     async def close(self) -> None:
         if not self.owns_connections:
             return
-        await self._writer.close()
+        await self._writer.conn.close()
         if self._reader is not self._writer:
-            await self._reader.close()
+            await self._reader.conn.close()

@@ -1,0 +1,105 @@
+"""Whole operations in one round trip to aiosqlite's connection thread, and group commit.
+
+aiosqlite runs each statement as one job on its connection's thread; a put made of five
+statements is five round trips, each a thread switch that waits for the GIL. Here a whole
+operation is one function run on that thread (`Db.call`), and concurrent writes are committed
+together (`GroupCommit`): one `BEGIN IMMEDIATE ... COMMIT` (one fsync) for all the writes that
+queued while the previous batch ran, each inside its own SAVEPOINT so that one failing write
+fails alone.
+
+`Db` reaches two private names of aiosqlite (`_execute`, `_conn`), the mechanism behind all
+its public methods; `Db` checks them when it is made, so a change in aiosqlite fails loudly at
+open time, never silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import aiosqlite
+
+T = TypeVar("T")
+Op = Callable[[sqlite3.Connection], Any]
+
+
+class Db:
+    """One aiosqlite connection whose thread runs whole operations."""
+
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        if not (callable(getattr(conn, "_execute", None)) and hasattr(type(conn), "_conn")):
+            raise RuntimeError(
+                f"unsupported aiosqlite {getattr(aiosqlite, '__version__', '?')}: "
+                "install aiosqlite>=0.20,<0.23"
+            )
+        self.conn = conn
+
+    async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `fn(sqlite3_connection)` on the connection's thread; one round trip."""
+        conn = self.conn
+        return await conn._execute(lambda: fn(conn._conn))  # type: ignore[no-any-return,no-untyped-call]
+
+
+def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)
+
+
+class GroupCommit:
+    """Queues write operations and commits whatever has queued in one transaction."""
+
+    def __init__(self, db: Db) -> None:
+        self._db = db
+        self._guard = threading.Lock()
+        self._pending: list[tuple[Op, asyncio.Future[Any]]] = []
+        self._scheduled = False
+
+    async def submit(self, op: Op) -> Any:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        with self._guard:
+            self._pending.append((op, fut))
+            lead = not self._scheduled
+            self._scheduled = True
+        if lead:
+            await self._db.call(self._flush)
+        return await fut
+
+    def _flush(self, conn: sqlite3.Connection) -> None:
+        with self._guard:
+            batch, self._pending = self._pending, []
+            self._scheduled = False
+        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except BaseException as exc:
+            outcomes = [(fut, None, exc) for _, fut in batch]
+        else:
+            for op, fut in batch:
+                conn.execute("SAVEPOINT lgx_op")
+                try:
+                    result = op(conn)
+                except BaseException as exc:
+                    conn.execute("ROLLBACK TO lgx_op")
+                    conn.execute("RELEASE lgx_op")
+                    outcomes.append((fut, None, exc))
+                else:
+                    conn.execute("RELEASE lgx_op")
+                    outcomes.append((fut, result, None))
+            try:
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                outcomes = [(fut, None, exc) for fut, _, _ in outcomes]
+        for fut, result, error in outcomes:
+            # A closed caller's loop raises RuntimeError: nobody waits for that result.
+            with contextlib.suppress(RuntimeError):
+                fut.get_loop().call_soon_threadsafe(_settle, fut, result, error)
