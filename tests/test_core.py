@@ -290,3 +290,49 @@ def test_delta_channel_history_and_prune(saver: Any) -> None:
     assert ours.get_state(config).values == before
     ours.invoke({"events": ["more"]}, config)
     assert ours.get_state(config).values["events"][-2:] == ["more", "e11"]
+
+
+# -- SQLite group commit ----------------------------------------------------------------------
+
+
+async def test_group_commit_isolates_a_failing_write(tmp_path: Path) -> None:
+    import aiosqlite
+
+    from langgraph_ckpt_ext.backends.sqlite.worker import Db, GroupCommit
+
+    conn = await aiosqlite.connect(tmp_path / "g.db", isolation_level=None)
+    try:
+        await conn.execute("CREATE TABLE t (x INTEGER PRIMARY KEY)")
+        commits = GroupCommit(Db(conn))
+
+        def insert(x: int) -> Any:
+            return lambda c: c.execute("INSERT INTO t VALUES (?)", (x,)).rowcount
+
+        def broken(c: Any) -> None:
+            c.execute("INSERT INTO t VALUES (99)")
+            raise RuntimeError("this write fails")
+
+        results = await asyncio.gather(
+            *(commits.submit(op) for op in (insert(1), broken, insert(2), insert(1))),
+            return_exceptions=True,
+        )
+        assert results[0] == 1 and results[2] == 1
+        assert isinstance(results[1], RuntimeError)
+        assert "UNIQUE" in str(results[3])  # a duplicate fails alone, too
+        rows = await conn.execute_fetchall("SELECT x FROM t ORDER BY x")
+        assert [r[0] for r in rows] == [1, 2]  # 99 rolled back with its failing write
+    finally:
+        await conn.close()
+
+
+def test_last_written_list_is_served_without_decoding(tmp_path: Path) -> None:
+    saver = SQLiteCheckpointer(tmp_path / "c.db")
+    graph = chat_graph().compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "c"}}
+    for i in range(3):
+        graph.invoke({"messages": [human(f"m{i}")]}, config)
+    served = graph.get_state(config).values["messages"]
+    saver._log.forget()
+    decoded = graph.get_state(config).values["messages"]
+    assert served == decoded and len(decoded) == 6
+    saver.close()
