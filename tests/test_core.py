@@ -336,3 +336,20 @@ def test_last_written_list_is_served_without_decoding(tmp_path: Path) -> None:
     decoded = graph.get_state(config).values["messages"]
     assert served == decoded and len(decoded) == 6
     saver.close()
+
+
+async def test_caller_owned_aiosqlite_connection_stays_open(tmp_path: Path) -> None:
+    import aiosqlite
+
+    conn = await aiosqlite.connect(tmp_path / "own.db")
+    try:
+        saver = SQLiteCheckpointer(conn)
+        graph = chat_graph().compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "own"}}
+        await graph.ainvoke({"messages": [human("hi")]}, config)
+        assert len((await graph.aget_state(config)).values["messages"]) == 2
+        await saver.aclose()
+        rows = await conn.execute_fetchall("SELECT COUNT(*) FROM lgx_checkpoints")
+        assert rows[0][0] == 3  # still usable: the connection is the caller's
+    finally:
+        await conn.close()
