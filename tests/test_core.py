@@ -4,6 +4,7 @@ the storage-migration chain, and DeltaChannel support."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import operator
 import subprocess
@@ -353,3 +354,40 @@ async def test_caller_owned_aiosqlite_connection_stays_open(tmp_path: Path) -> N
         assert rows[0][0] == 3  # still usable: the connection is the caller's
     finally:
         await conn.close()
+
+
+async def test_cancelled_write_does_not_stall_later_writes(tmp_path: Path) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    async with SQLiteCheckpointer.from_conn_string(tmp_path / "cancel.db") as cp:
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        for _ in range(3):  # cancel at different points of the write
+            task = asyncio.ensure_future(cp.aput(config, empty_checkpoint(), {}, {}))
+            await asyncio.sleep(0)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        stored = await asyncio.wait_for(cp.aput(config, empty_checkpoint(), {}, {}), 10)
+        assert await cp.aget_tuple(stored) is not None
+
+
+def test_storage_migrations_upgrade_an_older_database(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "old.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE lgx_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)")
+    for statement in MIGRATIONS[0]:
+        conn.execute(statement)
+    conn.execute("INSERT INTO lgx_migrations VALUES (1, 'then')")
+    conn.commit()
+    conn.close()
+    with SQLiteCheckpointer(db) as saver:
+        assert saver.setup() == LATEST
+    conn = sqlite3.connect(db)
+    assert [r[0] for r in conn.execute("SELECT version FROM lgx_migrations ORDER BY 1")] == list(
+        range(1, LATEST + 1)
+    )
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert "lgx_checkpoints_thread_order" in names
+    conn.close()

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from langgraph_ckpt_ext import SQLiteCheckpointer
+from langgraph_ckpt_ext.backends.sqlite.migrations import LATEST
 
 from .graphs import approval_graph
 
@@ -50,4 +51,4 @@ def test_processes_share_one_file(tmp_path: Path) -> None:
             latest = saver.get_tuple({"configurable": {"thread_id": f"p{i}"}})
             assert latest is not None
             assert len(latest.checkpoint["channel_values"]["messages"]) == 50
-        assert saver.setup() == 1  # one storage version, applied once
+        assert saver.setup() == LATEST  # each storage version applied once

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from dataclasses import replace
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -36,10 +37,10 @@ class MemoryStore:
             for blob in blobs:
                 if blob.base_version is not None and (blob.channel, blob.base_version) not in stored:
                     assert blob.full is not None
-                    type_, data = blob.full()
-                    blob = BlobRow(blob.channel, blob.version, type_, data)
+                    blob = BlobRow(blob.channel, blob.version, *blob.full())
                     fell_back.add(blob.channel)
-                stored[(blob.channel, blob.version)] = blob
+                # Keep only the bytes: `full` holds the whole value it was made from.
+                stored[(blob.channel, blob.version)] = replace(blob, full=None)
             key = (row.thread_id, row.checkpoint_ns)
             self.checkpoints[key][row.checkpoint_id] = row
             if self.latest.get(key, "") < row.checkpoint_id:
@@ -99,7 +100,7 @@ class MemoryStore:
                 if (query.checkpoint_id is None or cid == query.checkpoint_id)
                 and (query.before is None or cid < query.before)
             ]
-        found.sort(key=lambda r: (r.checkpoint_id, r.thread_id), reverse=True)
+        found.sort(key=lambda r: (r.checkpoint_id, r.checkpoint_ns, r.thread_id), reverse=True)
         for row in found:
             yield row
 
@@ -158,8 +159,6 @@ class MemoryStore:
                 del self.writes[w_key]
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        from dataclasses import replace
-
         with self._lock:
             for (tid, ns), rows in list(self.checkpoints.items()):
                 if tid == source_thread_id:

@@ -53,7 +53,7 @@ class Store(Protocol):
         ...
 
     def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
-        """Checkpoints matching `query`, newest first: by checkpoint id, then thread id, descending."""
+        """Checkpoints matching `query`, newest first: by checkpoint id, namespace, thread id."""
         ...
 
     async def read_ancestors(

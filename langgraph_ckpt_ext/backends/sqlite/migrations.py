@@ -46,6 +46,11 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
         )""",
     ],
+    # 2: a thread's checkpoints in `list` order across namespaces, without sorting the thread.
+    [
+        "CREATE INDEX lgx_checkpoints_thread_order "
+        "ON lgx_checkpoints (thread_id, checkpoint_id, checkpoint_ns)",
+    ],
 ]
 
 LATEST = len(MIGRATIONS)

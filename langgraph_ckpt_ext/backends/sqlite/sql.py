@@ -106,11 +106,11 @@ def select_checkpoints(
     if before:
         where.append("checkpoint_id < ?")
     if after_cursor:
-        where.append("(checkpoint_id, thread_id, checkpoint_ns) < (?, ?, ?)")
+        where.append("(checkpoint_id, checkpoint_ns, thread_id) < (?, ?, ?)")
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     return f"""
 SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints {clause}
-ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT ?"""
+ORDER BY checkpoint_id DESC, checkpoint_ns DESC, thread_id DESC LIMIT ?"""
 
 
 def select_runs(n: int) -> str:

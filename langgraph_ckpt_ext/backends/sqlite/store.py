@@ -213,7 +213,7 @@ class SQLiteStore:
             if len(page) < _PAGE:
                 return
             last = page[-1]
-            cursor = (last.checkpoint_id, last.thread_id, last.checkpoint_ns)
+            cursor = (last.checkpoint_id, last.checkpoint_ns, last.thread_id)
 
     async def read_ancestors(
         self, thread_id: str, ns: str, checkpoint_id: str, limit: int

@@ -61,6 +61,7 @@ class GroupCommit:
         self._guard = threading.Lock()
         self._pending: list[tuple[Op, asyncio.Future[Any]]] = []
         self._scheduled = False
+        self._flushes: set[asyncio.Task[None]] = set()  # strong references while they run
 
     async def submit(self, op: Op) -> Any:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -69,11 +70,18 @@ class GroupCommit:
             lead = not self._scheduled
             self._scheduled = True
         if lead:
-            # One turn of the event loop lets writes issued together (a step's writes and its
-            # checkpoint) join this batch: one commit, one fsync, for all of them.
-            await asyncio.sleep(0)
-            await self._db.call(self._flush)
+            # The flush runs as a task of its own, so that a caller cancelled meanwhile cannot
+            # leave the batch (and every later write) waiting for a flush that never comes.
+            task = asyncio.ensure_future(self._lead())
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
         return await fut
+
+    async def _lead(self) -> None:
+        # One turn of the event loop lets writes issued together (a step's writes and its
+        # checkpoint) join this batch: one commit, one fsync, for all of them.
+        await asyncio.sleep(0)
+        await self._db.call(self._flush)
 
     def _flush(self, conn: sqlite3.Connection) -> None:
         with self._guard:
