@@ -1,0 +1,661 @@
+"""Benchmark: our checkpointers against LangGraph's official ones, interleaved in one run.
+
+Savers: ours-sqlite (`SQLiteCheckpointer`, synchronous=FULL), official-sqlite (`AsyncSqliteSaver`,
+SQLite's default synchronous=FULL), ours-memory (`InMemoryCheckpointer`), official-memory
+(`InMemorySaver`) and, as an extra line, ours-sqlite-normal (`SQLiteCheckpointer`,
+synchronous=NORMAL). Every saver gets a fresh database file per workload and round.
+
+Workloads (real compiled LangGraph graphs with deterministic fake nodes, no LLM):
+  1. agent loop, THREADS threads x TURNS turns, at concurrency 1 and 16, ROUNDS rounds;
+  2. one thread of LONG_TURNS turns: bytes stored and per-turn latency as the thread grows;
+  3. aget_tuple / alist on threads of 10 and CHECKPOINTS checkpoints written with `aput`.
+Then a restore check (`aget_state(...).values` equal between ours and the official saver) and
+a summary against the issue's targets (informational: the exit code is 0 either way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import gc
+import json
+import math
+import operator
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.version import __version__ as langgraph_version
+
+from langgraph_ckpt_ext import InMemoryCheckpointer, SQLiteCheckpointer
+
+Saver = BaseCheckpointSaver[Any]
+Json = dict[str, Any]
+OURS, OFFICIAL = "ours-sqlite", "official-sqlite"
+
+# -- savers ------------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _ready(saver: Saver) -> AsyncIterator[Saver]:
+    yield saver
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    label: str
+    open: Callable[[Path], contextlib.AbstractAsyncContextManager[Saver]]
+    table: str | None = None  # SQLite savers: the table with one row per checkpoint
+
+    @property
+    def sqlite(self) -> bool:
+        return self.table is not None
+
+
+SPECS = [
+    Spec(OURS, lambda p: SQLiteCheckpointer.from_conn_string(p), "lgx_checkpoints"),
+    Spec(OFFICIAL, lambda p: AsyncSqliteSaver.from_conn_string(str(p)), "checkpoints"),
+    Spec("ours-memory", lambda p: _ready(InMemoryCheckpointer())),
+    Spec("official-memory", lambda p: _ready(InMemorySaver())),
+    Spec("ours-sqlite-normal",
+         lambda p: SQLiteCheckpointer.from_conn_string(p, synchronous="NORMAL"), "lgx_checkpoints"),
+]
+PAIRS = [  # (ours, official): ratios and restore checks
+    (OURS, OFFICIAL),
+    ("ours-memory", "official-memory"),
+    ("ours-sqlite-normal", OFFICIAL),
+]
+
+
+def sqlite_bytes(path: Path) -> int:
+    """Size of the .db plus -wal file after a TRUNCATE checkpoint on a separate connection."""
+    conn = sqlite3.connect(path)
+    try:
+        busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        conn.close()
+    if busy:
+        print(f"  (warning: wal_checkpoint on {path.name} was busy; the size includes the WAL)")
+    wal = path.with_name(path.name + "-wal")
+    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+def _payload(obj: Any) -> int:
+    if isinstance(obj, bytes | bytearray | memoryview):
+        return len(obj)
+    if isinstance(obj, dict):
+        return sum(_payload(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(_payload(v) for v in obj)
+    if dataclasses.is_dataclass(obj):
+        return sum(_payload(getattr(obj, f.name)) for f in dataclasses.fields(obj))
+    return 0
+
+
+def memory_bytes(saver: Saver) -> int:
+    """In-memory savers (an estimate): the serialized bytes they hold, i.e. values, checkpoint
+    records and writes, without keys or Python object overhead."""
+    if isinstance(saver, InMemoryCheckpointer):
+        s = saver.store
+        return _payload(s.checkpoints) + _payload(s.blobs) + _payload(s.writes)
+    assert isinstance(saver, InMemorySaver)
+    return _payload(saver.storage) + _payload(saver.blobs) + _payload(saver.writes)
+
+
+def stored_bytes(spec: Spec, path: Path, saver: Saver) -> int:
+    return sqlite_bytes(path) if spec.sqlite else memory_bytes(saver)
+
+
+def count_checkpoints(spec: Spec, path: Path, saver: Saver) -> int:
+    """Checkpoints actually stored, counted after the run: rows of the checkpoint table (on a
+    separate connection) for SQLite, entries of the checkpoint dicts for memory savers."""
+    if spec.table is not None:
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            return int(conn.execute(f"SELECT count(*) FROM {spec.table}").fetchone()[0])
+    if isinstance(saver, InMemoryCheckpointer):
+        return sum(len(rows) for rows in saver.store.checkpoints.values())
+    assert isinstance(saver, InMemorySaver)
+    return sum(len(rows) for by_ns in saver.storage.values() for rows in by_ns.values())
+
+
+# -- the agent graph: agent -> tool -> agent -> END, five checkpoints per turn --------------------
+
+_FILLER = (
+    "The quick brown fox jumps over the lazy dog while the agent considers which tool to call "
+    "next, weighing cost, latency and the evidence gathered so far in this conversation. "
+) * 8
+
+
+def text(tag: str, size: int = 500) -> str:
+    """Deterministic content of `size` bytes."""
+    return (f"[{tag}] " + _FILLER)[:size]
+
+
+class AgentState(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    tool_calls: Annotated[list[dict[str, Any]], operator.add]
+    working_memory: dict[str, Any]
+    tokens_used: Annotated[int, operator.add]
+    cost_usd: Annotated[float, operator.add]
+
+
+def agent(state: AgentState) -> AgentState:
+    messages = state["messages"]
+    last = messages[-1]
+    base = str(last.id).rsplit(":", 1)[0]  # "<thread>/<turn>"
+    turn = len(messages) // 4
+    if isinstance(last, ToolMessage):
+        reply = AIMessage(content=text(f"answer {base}"), id=f"{base}:answer")
+        calls: list[dict[str, Any]] = []
+    else:
+        call_id = f"{base}:call"
+        reply = AIMessage(
+            content=text(f"thinking {base}"),
+            id=call_id,
+            tool_calls=[{"name": "search", "args": {"query": f"q {base}"}, "id": call_id}],
+        )
+        calls = [{"id": call_id, "tool": "search", "turn": turn}]
+    return {
+        "messages": [reply],
+        "tool_calls": calls,
+        "working_memory": {"turn": turn, "last": reply.id, "plan": ["look up", "answer"]},
+        "tokens_used": 120 + turn % 7,
+        "cost_usd": 0.00125,
+    }
+
+
+def tool(state: AgentState) -> AgentState:
+    call = state["messages"][-1].tool_calls[0]  # type: ignore[union-attr]
+    base = str(call["id"]).rsplit(":", 1)[0]
+    result = ToolMessage(content=text(f"result {base}"), tool_call_id=call["id"], id=f"{base}:tool")
+    return {"messages": [result], "tokens_used": 40}
+
+
+def route(state: AgentState) -> str:
+    last = state["messages"][-1]
+    return "tool" if isinstance(last, AIMessage) and last.tool_calls else END
+
+
+def build_graph(saver: Saver) -> CompiledStateGraph[Any, Any, Any, Any]:
+    builder = StateGraph(AgentState)
+    builder.add_node("agent", agent)
+    builder.add_node("tool", tool)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route, ["tool", END])
+    builder.add_edge("tool", "agent")
+    return builder.compile(checkpointer=saver)
+
+
+def thread_config(tid: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": tid}}
+
+
+def normalize(values: dict[str, Any]) -> dict[str, Any]:
+    """State values comparable across savers: messages by type, content and id."""
+    return {**values, "messages": [(m.type, m.content, m.id) for m in values.get("messages", [])]}
+
+
+@dataclasses.dataclass
+class AgentRun:
+    seconds: float
+    latencies: list[list[float]]  # [thread][turn], seconds
+    checkpoints: int
+    bytes: int
+    milestones: dict[int, int]  # turn -> bytes stored after it (single-thread runs)
+    states: dict[str, dict[str, Any]]
+
+
+async def run_agent(
+    spec: Spec,
+    path: Path,
+    threads: int,
+    turns: int,
+    concurrency: int,
+    milestones: Sequence[int] = (),
+) -> AgentRun:
+    """Concurrency 1: threads one after another. Above: up to `concurrency` turns of different
+    threads in flight at once; each thread's own turns stay in order."""
+    tids = [f"thread-{i}" for i in range(threads)]
+    lat = [[0.0] * turns for _ in tids]
+    marks: dict[int, int] = {}
+    gc.collect()
+    async with spec.open(path) as saver:
+        graph = build_graph(saver)
+        gate = asyncio.Semaphore(concurrency)
+
+        async def run_thread(i: int) -> None:
+            for k in range(turns):
+                human = HumanMessage(content=text(f"question {tids[i]}/{k}"), id=f"{tids[i]}/{k}:human")
+                async with gate:
+                    t0 = time.perf_counter()
+                    await graph.ainvoke({"messages": [human]}, thread_config(tids[i]))
+                    lat[i][k] = time.perf_counter() - t0
+                if k + 1 in milestones:
+                    marks[k + 1] = stored_bytes(spec, path, saver)
+
+        t0 = time.perf_counter()
+        if concurrency == 1:
+            for i in range(threads):
+                await run_thread(i)
+        else:
+            await asyncio.gather(*(run_thread(i) for i in range(threads)))
+        seconds = time.perf_counter() - t0
+        states = {t: normalize((await graph.aget_state(thread_config(t))).values) for t in tids}
+        n = count_checkpoints(spec, path, saver)
+        size = None if spec.sqlite else memory_bytes(saver)
+    return AgentRun(seconds, lat, n, sqlite_bytes(path) if size is None else size, marks, states)
+
+
+# -- direct reads: aget_tuple / alist on threads of 10 and 1,000 checkpoints -------------------
+
+CHANNELS = ("messages", "plan", "memory", "scratch")
+
+
+async def fill_thread(saver: Saver, tid: str, n: int) -> None:
+    """n checkpoints of one fixed state size: four ~1 KB channels, one of which changes per
+    step (all four at the first); `new_versions` names exactly the changed ones."""
+    config: RunnableConfig = {"configurable": {"thread_id": tid, "checkpoint_ns": ""}}
+    versions: dict[str, Any] = {}
+    values: dict[str, Any] = {}
+    for step in range(n):
+        changed = CHANNELS if step == 0 else (CHANNELS[step % len(CHANNELS)],)
+        for ch in changed:
+            versions[ch] = saver.get_next_version(versions.get(ch), None)
+            values[ch] = {"step": step, "text": text(f"{tid} {ch} {step:06d}", 1000)}
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = str(uuid6(clock_seq=step))
+        checkpoint["channel_values"] = dict(values)
+        checkpoint["channel_versions"] = dict(versions)
+        checkpoint["versions_seen"] = {"node": {ch: versions[ch] for ch in changed}}
+        checkpoint["updated_channels"] = list(changed)
+        metadata: Any = {"source": "loop", "step": step, "parents": {}}
+        new_versions = {ch: versions[ch] for ch in changed}
+        config = await saver.aput(config, checkpoint, metadata, new_versions)
+
+
+async def mean_seconds(fn: Callable[[], Awaitable[Any]], reps: int, at_least: float = 0.1) -> float:
+    """Mean seconds per call over at least `reps` calls and `at_least` seconds."""
+    n, t0 = 0, time.perf_counter()
+    while n < reps or time.perf_counter() - t0 < at_least:
+        await fn()
+        n += 1
+    return (time.perf_counter() - t0) / n
+
+
+async def run_reads(specs: Sequence[Spec], tmp: Path, big: int, rounds: int) -> Json:
+    """All savers open at once; each round measures them one after another (round 0 warms up)."""
+    samples: dict[str, dict[str, list[float]]] = {s.label: {} for s in specs}
+    async with contextlib.AsyncExitStack() as stack:
+        savers: dict[str, Saver] = {}
+        for spec in specs:
+            saver = await stack.enter_async_context(spec.open(tmp / f"reads-{spec.label}.db"))
+            savers[spec.label] = saver
+            for n in (10, big):
+                await fill_thread(saver, f"reads-{n}", n)
+
+        def latest(saver: Saver, n: int) -> Callable[[], Awaitable[Any]]:
+            config: RunnableConfig = {"configurable": {"thread_id": f"reads-{n}", "checkpoint_ns": ""}}
+            return lambda: saver.aget_tuple(config)
+
+        def listing(saver: Saver, limit: int | None) -> Callable[[], Awaitable[None]]:
+            async def go() -> None:
+                got = [t async for t in saver.alist(thread_config(f"reads-{big}"), limit=limit)]
+                if len(got) != (limit or big):
+                    print(f"  (warning: alist(limit={limit}) returned {len(got)} checkpoints)")
+
+            return go
+
+        for r in range(rounds + 1):
+            for spec in specs:
+                saver = savers[spec.label]
+                gc.collect()
+                small = large = 0.0
+                for _ in range(5):  # alternate, so that drift hits both threads alike
+                    small += await mean_seconds(latest(saver, 10), 60, 0.02) / 5
+                    large += await mean_seconds(latest(saver, big), 60, 0.02) / 5
+                got = {
+                    "get_latest_10": small,
+                    "get_latest_big": large,
+                    "list_limit_10": await mean_seconds(listing(saver, 10), 30),
+                    "list_all_big": await mean_seconds(listing(saver, None), 2),
+                }
+                for key, value in got.items():
+                    if r:
+                        samples[spec.label].setdefault(key, []).append(value)
+    res = {label: {k: statistics.median(v) for k, v in got.items()} for label, got in samples.items()}
+    for v in res.values():
+        v["get_latest_ratio"] = v["get_latest_big"] / v["get_latest_10"]
+    return res
+
+
+# -- reporting ---------------------------------------------------------------------------------
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or a < 0 or b <= 0 else a / b
+
+
+def fmt(x: Any) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:,.3f}" if abs(x) < 0.1 else f"{x:,.2f}"
+    return f"{x:,}" if isinstance(x, int) else str(x)
+
+
+def mb(n: int | None) -> float | None:
+    return None if n is None else n / 1e6
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [list(headers), *([fmt(c) for c in row] for row in rows)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r: Sequence[str]) -> str:
+        rest = (c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))
+        return "  ".join([r[0].ljust(widths[0]), *rest])
+
+    print(line(cells[0]))
+    print("-" * len(line(cells[0])))
+    for r in cells[1:]:
+        print(line(r))
+    print()
+
+
+def window_ms(lat: Sequence[float], lo: int, hi: int) -> float:
+    """Mean latency in ms over turns lo..hi (1-based, inclusive)."""
+    return 1000 * statistics.fmean(lat[max(0, lo - 1) : hi])
+
+
+def verdict(ok: bool | None) -> str:
+    return "info" if ok is None else ("PASS" if ok else "FAIL")
+
+
+def show_restore(what: str, checks: dict[str, bool], runs: dict[str, list[AgentRun]]) -> None:
+    for name, ok in checks.items():
+        print(f"  restore check ({what}) {name}: {'OK' if ok else 'MISMATCH'}")
+        if ok:
+            continue
+        a, b = (runs[x][-1].states for x in name.split(" vs "))
+        for tid in a:
+            for key in a[tid].keys() | b.get(tid, {}).keys():
+                if a[tid].get(key) != b.get(tid, {}).get(key):
+                    print(f"    first difference: {tid}.{key}: {str(a[tid].get(key))[:100]} "
+                          f"!= {str(b.get(tid, {}).get(key))[:100]}")
+                    return
+
+
+def restore_checks(args: argparse.Namespace, runs: dict[str, list[AgentRun]]) -> dict[str, bool]:
+    return {
+        f"{a} vs {b}": all(x.states == y.states for x, y in zip(runs[a], runs[b], strict=True))
+        for a, b in pairs(args.specs)
+    }
+
+
+# -- workloads ---------------------------------------------------------------------------------
+
+
+def pairs(specs: Sequence[Spec]) -> list[tuple[str, str]]:
+    have = {s.label for s in specs}
+    return [(a, b) for a, b in PAIRS if a in have and b in have]
+
+
+async def workload_agent(args: argparse.Namespace, tmp: Path, out: Json) -> None:
+    print(f"== 1. agent loop: {args.threads} threads x {args.turns} turns, {args.rounds} round(s), "
+          "savers interleaved ==")
+    for conc in args.concurrency:
+        runs: dict[str, list[AgentRun]] = {s.label: [] for s in args.specs}
+        for r in range(args.rounds):
+            for spec in args.specs:
+                path = tmp / f"agent-c{conc}-r{r}-{spec.label}.db"
+                run = await run_agent(spec, path, args.threads, args.turns, conc)
+                runs[spec.label].append(run)
+                print(f"  c={conc} round {r + 1} {spec.label:<19} {run.seconds:7.2f} s "
+                      f"{run.checkpoints / run.seconds:8.1f} ckpt/s")
+        res: Json = {}
+        for label, rs in runs.items():
+            lat = [x for run in rs for per in run.latencies for x in per]
+            res[label] = {
+                "checkpoints": rs[-1].checkpoints,
+                "checkpoints_per_s": statistics.median(run.checkpoints / run.seconds for run in rs),
+                "seconds": [run.seconds for run in rs],
+                "p50_ms": 1000 * pct(lat, 50),
+                "p99_ms": 1000 * pct(lat, 99),
+                "bytes": rs[-1].bytes,
+            }
+        print(f"\n  concurrency {conc}: checkpoints = stored rows counted after the run (expected "
+              f"5 per turn = {5 * args.threads * args.turns}); ckpt/s = median over rounds of "
+              "checkpoints / wall time; latency = per ainvoke, all rounds pooled; stored = .db + "
+              "-wal after wal_checkpoint(TRUNCATE) (memory savers: serialized bytes held, estimate)")
+        table(
+            ["saver", "checkpoints", "ckpt/s", "p50 ms", "p99 ms", "MB stored"],
+            [[k, v["checkpoints"], v["checkpoints_per_s"], v["p50_ms"], v["p99_ms"], mb(v["bytes"])]
+             for k, v in res.items()],
+        )
+        metrics = ("checkpoints_per_s", "p50_ms", "p99_ms", "bytes")
+        table(
+            ["ours / official", "ckpt/s", "p50 ms", "p99 ms", "bytes"],
+            [[f"{a} / {b}", *(ratio(res[a][m], res[b][m]) for m in metrics)]
+             for a, b in pairs(args.specs)],
+        )
+        restore = restore_checks(args, runs)
+        show_restore(f"c={conc}, {args.threads} threads x {args.rounds} rounds", restore, runs)
+        print()
+        out["agent"][f"c{conc}"] = {"savers": res, "restore_ok": restore}
+
+
+async def workload_long(args: argparse.Namespace, tmp: Path, out: Json) -> None:
+    n = args.long_turns
+    marks = sorted({max(1, round(n * i / 6)) for i in range(1, 7)})
+    early, late = (6, 15), (max(1, n - 9), n)
+    print(f"== 2. one thread of {n} turns (concurrency 1), {args.long_rounds} round(s) ==")
+    runs: dict[str, list[AgentRun]] = {s.label: [] for s in args.specs}
+    for r in range(args.long_rounds):
+        for spec in args.specs:
+            run = await run_agent(spec, tmp / f"long-r{r}-{spec.label}.db", 1, n, 1, marks)
+            runs[spec.label].append(run)
+            print(f"  round {r + 1} {spec.label:<19} {run.seconds:7.2f} s")
+    res: Json = {}
+    for label, rs in runs.items():
+        per_turn = zip(*(run.latencies[0] for run in rs), strict=True)
+        lat = [statistics.median(x) for x in per_turn]
+        sizes = [rs[-1].milestones[m] for m in marks]
+        e, lt = window_ms(lat, *early), window_ms(lat, *late)
+        res[label] = {
+            "seconds": [run.seconds for run in rs],
+            "checkpoints": rs[-1].checkpoints,
+            "bytes": rs[-1].bytes,
+            "bytes_after_turn": dict(zip(marks, sizes, strict=True)),
+            # log-log slope of bytes over turns, from the 2nd milestone on: ~1 linear, ~2 quadratic
+            "bytes_growth_exponent": math.log(sizes[-1] / sizes[1]) / math.log(marks[-1] / marks[1]),
+            "latency_early_ms": e,
+            "latency_late_ms": lt,
+            "latency_growth": lt / e,
+        }
+    print(f"\n  MB stored after turn N (SQLite: .db + -wal after wal_checkpoint(TRUNCATE); memory: "
+          f"serialized bytes held, estimate); exponent = log-log slope of bytes from turn "
+          f"{marks[1]} to {marks[-1]} (1 linear, 2 quadratic); latency = mean ms per turn over "
+          f"turns {early[0]}-{early[1]} and {late[0]}-{late[1]} of each turn's median over rounds")
+    table(
+        ["saver", "ckpts", *(f"@{m}" for m in marks), "exponent", f"ms@{early[1]}", f"ms@{late[1]}",
+         "growth"],
+        [[k, v["checkpoints"], *(mb(v["bytes_after_turn"][m]) for m in marks),
+          v["bytes_growth_exponent"], v["latency_early_ms"], v["latency_late_ms"], v["latency_growth"]]
+         for k, v in res.items()],
+    )
+    table(
+        ["official / ours", "bytes", "latency growth"],
+        [[f"{b} / {a}", ratio(res[b]["bytes"], res[a]["bytes"]),
+          ratio(res[b]["latency_growth"], res[a]["latency_growth"])] for a, b in pairs(args.specs)],
+    )
+    restore = restore_checks(args, runs)
+    show_restore(f"{n}-turn thread", restore, runs)
+    print()
+    out["long"] = {"turns": n, "savers": res, "restore_ok": restore}
+
+
+async def workload_reads(args: argparse.Namespace, tmp: Path, out: Json) -> None:
+    big = args.checkpoints
+    print(f"== 3. aget_tuple / alist on threads of 10 and {big} checkpoints (written with aput) ==")
+    res = await run_reads(args.specs, tmp, big, rounds=3)
+    print("  mean per call, median of 3 interleaved rounds: get = aget_tuple of the latest "
+          f"checkpoint (5 alternating batches of >= 60 calls and >= 20 ms on each thread per round); "
+          f"alist on the {big}-checkpoint thread")
+    table(
+        ["saver", "get@10 us", f"get@{big} us", f"{big}/10", "alist(limit=10) ms",
+         f"alist all {big} ms"],
+        [[k, 1e6 * v["get_latest_10"], 1e6 * v["get_latest_big"], v["get_latest_ratio"],
+          1e3 * v["list_limit_10"], 1e3 * v["list_all_big"]] for k, v in res.items()],
+    )
+    metrics = ("get_latest_10", "get_latest_big", "list_limit_10", "list_all_big")
+    table(
+        ["ours / official", "get@10", f"get@{big}", "alist(limit=10)", f"alist all {big}"],
+        [[f"{a} / {b}", *(ratio(res[a][m], res[b][m]) for m in metrics)]
+         for a, b in pairs(args.specs)],
+    )
+    out["reads"] = {"checkpoints": big, "savers": res}
+
+
+def summary(out: Json) -> None:
+    print("== summary: the issue's targets (informational; ours = ours-sqlite unless named) ==")
+    rows: list[list[Any]] = []
+    long = out.get("long", {}).get("savers", {})
+    if OURS in long and OFFICIAL in long:
+        a, b = long[OURS], long[OFFICIAL]
+        r = ratio(a["bytes"], b["bytes"])
+        ok = r is not None and r < 1 / 30 and a["bytes_growth_exponent"] <= 1.25
+        rows.append([f"(a) {out['long']['turns']}-turn thread, MB stored", mb(a["bytes"]),
+                     mb(b["bytes"]), r, "< 1/30 = 0.033, linear", verdict(ok)])
+        rows.append(["    bytes growth exponent (1 linear, 2 quadratic)", a["bytes_growth_exponent"],
+                     b["bytes_growth_exponent"], None, "<= 1.25", verdict(None)])
+    for key, res in out.get("agent", {}).items():
+        s = res["savers"]
+        for label in (OURS, "ours-sqlite-normal"):
+            if label in s and OFFICIAL in s:
+                r = ratio(s[label]["checkpoints_per_s"], s[OFFICIAL]["checkpoints_per_s"])
+                name = "" if label == OURS else " (NORMAL vs FULL)"
+                rows.append([f"(b) agent ckpt/s, concurrency {key[1:]}{name}",
+                             s[label]["checkpoints_per_s"], s[OFFICIAL]["checkpoints_per_s"], r,
+                             ">= 1.5", verdict(r is not None and r >= 1.5) if not name else "info"])
+    if OURS in long and OFFICIAL in long:
+        a, b = long[OURS], long[OFFICIAL]
+        r = ratio(a["latency_growth"], b["latency_growth"])
+        rows.append([f"(c) latency growth, turn ~10 -> {out['long']['turns']}", a["latency_growth"],
+                     b["latency_growth"], r, "<= 0.5", verdict(r is not None and r <= 0.5)])
+    reads = out.get("reads", {}).get("savers", {})
+    for label in (OURS, "ours-memory", "ours-sqlite-normal"):
+        if label in reads:
+            official = reads.get(OFFICIAL if "sqlite" in label else "official-memory", {})
+            r = reads[label]["get_latest_ratio"]
+            rows.append([f"(d) aget_tuple latest {out['reads']['checkpoints']}/10, {label}", r,
+                         official.get("get_latest_ratio"), None, "<= 1.2", verdict(r <= 1.2)])
+    checks = [ok for res in (*out.get("agent", {}).values(), out.get("long", {}))
+              for ok in res.get("restore_ok", {}).values()]
+    if checks:
+        rows.append([f"(e) restored state identical ({len(checks)} checks)",
+                     f"{sum(checks)} OK", "", None, "all OK", verdict(all(checks))])
+    table(["target", "ours", "official", "ratio", "goal", "verdict"], rows)
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--quick", action="store_true", help="small smoke run (under a minute)")
+    p.add_argument("--threads", type=int, help="agent workload threads (default 20; quick 4)")
+    p.add_argument("--turns", type=int, help="agent workload turns per thread (default 30; quick 5)")
+    p.add_argument("--rounds", type=int, help="agent workload rounds (default 3; quick 1)")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16], help="default: 1 16")
+    p.add_argument("--long-turns", type=int, help="turns of the long thread (default 300; quick 40)")
+    p.add_argument("--long-rounds", type=int, help="long-thread rounds (default 3; quick 1)")
+    p.add_argument("--checkpoints", type=int, help="checkpoints of the long read thread (default 1000)")
+    p.add_argument("--workloads", default="1,2,3", help="which workloads to run, e.g. 1,3")
+    p.add_argument("--savers", help=f"comma-separated subset of {','.join(s.label for s in SPECS)}")
+    p.add_argument("--dir", type=Path, help="directory for the database files (default: a temp dir)")
+    p.add_argument("--json", type=Path, help="also write every number to this JSON file")
+    args = p.parse_args(argv)
+    quick = args.quick
+    args.threads = args.threads or (4 if quick else 20)
+    args.turns = args.turns or (5 if quick else 30)
+    args.rounds = args.rounds or (1 if quick else 3)
+    args.long_turns = args.long_turns or (40 if quick else 300)
+    args.long_rounds = args.long_rounds or (1 if quick else 3)
+    args.checkpoints = args.checkpoints or (200 if quick else 1000)
+    if args.long_turns < 15:
+        p.error("--long-turns must be at least 15 (the early latency window is turns 6-15)")
+    args.workloads = {int(w) for w in args.workloads.split(",")}
+    labels = args.savers.split(",") if args.savers else [s.label for s in SPECS]
+    unknown = set(labels) - {s.label for s in SPECS}
+    if unknown:
+        p.error(f"unknown saver(s) {sorted(unknown)}")
+    args.specs = [s for s in SPECS if s.label in labels]
+    return args
+
+
+async def main_async(args: argparse.Namespace, tmp: Path) -> Json:
+    out: Json = {
+        "args": {k: v for k, v in vars(args).items() if k not in ("specs", "workloads", "json", "dir")},
+        "savers": [s.label for s in args.specs],
+        "env": {"python": platform.python_version(), "langgraph": langgraph_version,
+                "sqlite": sqlite3.sqlite_version, "cpus": os.cpu_count()},
+        "agent": {},
+    }
+    started = time.perf_counter()
+    if 1 in args.workloads:
+        await workload_agent(args, tmp, out)
+    if 2 in args.workloads:
+        await workload_long(args, tmp, out)
+    if 3 in args.workloads:
+        await workload_reads(args, tmp, out)
+    summary(out)
+    out["seconds_total"] = time.perf_counter() - started
+    print(f"total time {out['seconds_total']:.0f} s")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    print(f"python {platform.python_version()}, langgraph {langgraph_version}, sqlite "
+          f"{sqlite3.sqlite_version}, {os.cpu_count()} cpus; savers: "
+          f"{', '.join(s.label for s in args.specs)}\n")
+    with contextlib.ExitStack() as stack:
+        if args.dir:
+            args.dir.mkdir(parents=True, exist_ok=True)
+            tmp = args.dir
+        else:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lgckpt-bench-")))
+        out = asyncio.run(main_async(args, tmp))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
