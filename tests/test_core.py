@@ -9,7 +9,6 @@ import itertools
 import operator
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -23,7 +22,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph_ckpt_ext import InMemoryCheckpointer, SQLiteCheckpointer, connect
 from langgraph_ckpt_ext.backends.sqlite.migrations import LATEST, MIGRATIONS
 from langgraph_ckpt_ext.core.appendlog import AppendLog
-from langgraph_ckpt_ext.core.bridge import AsyncMutex, Bridge
+from langgraph_ckpt_ext.core.bridge import Bridge
 from langgraph_ckpt_ext.core.errors import StorageVersionError
 from langgraph_ckpt_ext.core.filters import matches, validate_filter
 from langgraph_ckpt_ext.core.versions import next_version, version_key
@@ -186,39 +185,6 @@ def test_bridge_refuses_sync_call_from_its_own_loop() -> None:
         bridge.run(reenter())
     assert bridge.run(inner()) == 1
     bridge.close()
-
-
-def test_async_mutex_across_loops_and_cancellation() -> None:
-    mutex = AsyncMutex()
-    inside = 0
-    peak = 0
-
-    async def worker(n: int) -> None:
-        nonlocal inside, peak
-        for _ in range(n):
-            async with mutex:
-                inside += 1
-                peak = max(peak, inside)
-                await asyncio.sleep(0)
-                inside -= 1
-
-    async def with_cancel() -> None:
-        await mutex.acquire()
-        waiter = asyncio.ensure_future(mutex.acquire())
-        await asyncio.sleep(0)
-        waiter.cancel()
-        mutex.release()
-        await asyncio.sleep(0.01)
-        await asyncio.wait_for(worker(3), 2)  # not deadlocked by the cancelled waiter
-
-    threads = [threading.Thread(target=lambda: asyncio.run(worker(300))) for _ in range(3)]
-    for t in threads:
-        t.start()
-    asyncio.run(worker(300))
-    for t in threads:
-        t.join()
-    assert peak == 1
-    asyncio.run(with_cancel())
 
 
 # -- storage migrations ---------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The one sync/async bridge, and a lock that works across event loops and threads.
+"""The one sync/async bridge.
 
 LangGraph's async savers refuse sync calls from the thread of their own event loop (the error a
 Jupyter cell meets). Ours run sync calls on a private event loop in a daemon thread of their own,
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -100,55 +99,3 @@ def iterate_inline(agen: AsyncIterator[T]) -> Iterator[T]:
             yield run_inline(_anext(agen))
         except StopAsyncIteration:
             return
-
-
-class AsyncMutex:
-    """A mutual-exclusion lock for coroutines of any event loop, in any thread.
-
-    `asyncio.Lock` belongs to one loop; a checkpointer serves the caller's loop and the bridge's
-    loop at once. Waiters queue in order; the releaser hands the lock straight to the next one.
-    """
-
-    def __init__(self) -> None:
-        self._state = threading.Lock()
-        self._locked = False
-        self._waiters: deque[asyncio.Future[None]] = deque()
-
-    async def __aenter__(self) -> None:
-        await self.acquire()
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
-
-    async def acquire(self) -> None:
-        with self._state:
-            if not self._locked:
-                self._locked = True
-                return
-            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._waiters.append(fut)
-        try:
-            await fut
-        except asyncio.CancelledError:
-            with self._state:
-                if fut in self._waiters:  # never handed the lock
-                    self._waiters.remove(fut)
-                    raise
-            if fut.done() and not fut.cancelled():  # granted just before the cancel landed
-                self.release()
-            # else `_grant` sees the cancelled future and passes the lock on.
-            raise
-
-    def release(self) -> None:
-        with self._state:
-            if not self._waiters:
-                self._locked = False
-                return
-            fut = self._waiters.popleft()
-        fut.get_loop().call_soon_threadsafe(self._grant, fut)
-
-    def _grant(self, fut: asyncio.Future[None]) -> None:
-        if fut.done():  # the waiter was cancelled meanwhile: pass the lock on
-            self.release()
-        else:
-            fut.set_result(None)
