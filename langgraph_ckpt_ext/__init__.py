@@ -25,12 +25,14 @@ from .core.errors import (
 
 if TYPE_CHECKING:
     from .backends.memory import InMemoryCheckpointer
+    from .backends.postgres import PostgresCheckpointer
     from .backends.sqlite import SQLiteCheckpointer
     from .connect import connect
 
 _LAZY = {
     "InMemoryCheckpointer": ".backends.memory",
     "SQLiteCheckpointer": ".backends.sqlite",
+    "PostgresCheckpointer": ".backends.postgres",
     "connect": ".connect",
 }
 
@@ -41,6 +43,7 @@ __all__ = [
     "InvalidConfigError",
     "InvalidFilterError",
     "MissingDependencyError",
+    "PostgresCheckpointer",
     "SQLiteCheckpointer",
     "SerializationError",
     "StorageVersionError",

@@ -12,7 +12,8 @@ def connect(url: str, **options: Any) -> StoreCheckpointer:
     """A ready checkpointer for `url`.
 
     `memory://` gives an `InMemoryCheckpointer`; `sqlite:///relative.db`,
-    `sqlite:////absolute/path.db` and `sqlite://:memory:` a `SQLiteCheckpointer`.
+    `sqlite:////absolute/path.db` and `sqlite://:memory:` a `SQLiteCheckpointer`;
+    `postgresql://...` a `PostgresCheckpointer`.
     Keyword options go to the checkpointer's constructor.
 
     Example:
@@ -29,4 +30,8 @@ def connect(url: str, **options: Any) -> StoreCheckpointer:
         rest = url[len("sqlite://") :]
         path = ":memory:" if rest in ("", "/", ":memory:", "/:memory:") else unquote(rest[1:])
         return SQLiteCheckpointer(path, **options)
-    raise ValueError(f"unsupported checkpointer URL {url!r}: use memory://, sqlite:///path.db")
+    if scheme in ("postgres", "postgresql"):
+        from .backends.postgres import PostgresCheckpointer
+
+        return PostgresCheckpointer(url, **options)
+    raise ValueError(f"unsupported checkpointer URL {url!r}: use memory://, sqlite:///path.db, postgresql://...")

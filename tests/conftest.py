@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+import uuid
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +15,37 @@ import pytest
 from langgraph_ckpt_ext import InMemoryCheckpointer, SQLiteCheckpointer
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 
-BACKENDS = ["memory", "sqlite", "sqlite-memory"]
+BACKENDS = ["memory", "sqlite", "sqlite-memory", "postgres"]
+PG_DSN = os.environ.get("LGCKPT_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def pg_schema() -> str:
+    """A schema of its own for one test: tests never see each other's rows."""
+    return f"lgx_test_{uuid.uuid4().hex[:12]}"
+
+
+def drop_pg_schemas(*schemas: str) -> None:
+    import asyncpg
+
+    async def drop() -> None:
+        conn = await asyncpg.connect(PG_DSN)
+        try:
+            for schema in schemas:
+                await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
+
+    asyncio.run(drop())
 
 
 def make_saver(kind: str, tmp_path: Path, **options: Any) -> StoreCheckpointer:
+    if kind == "postgres":
+        from langgraph_ckpt_ext import PostgresCheckpointer
+
+        schema = options.pop("schema", None) or pg_schema()
+        cp = PostgresCheckpointer(PG_DSN, schema=schema, **options)
+        cp.test_schema = schema  # type: ignore[attr-defined]
+        return cp
     if kind == "memory":
         return InMemoryCheckpointer(**options)
     if kind == "sqlite":
@@ -36,6 +65,8 @@ def saver(backend: str, tmp_path: Path) -> Iterator[StoreCheckpointer]:
     cp = make_saver(backend, tmp_path)
     yield cp
     cp.close()
+    if backend == "postgres":
+        drop_pg_schemas(cp.test_schema)  # type: ignore[attr-defined]
 
 
 class LoopThread:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -9,12 +10,17 @@ import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import Capability
 
-from langgraph_ckpt_ext import InMemoryCheckpointer, SQLiteCheckpointer
+from langgraph_ckpt_ext import InMemoryCheckpointer, PostgresCheckpointer, SQLiteCheckpointer
+
+from .conftest import PG_DSN, drop_pg_schemas, pg_schema
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "sqlite-memory", "sqlite-sync-ctor"])
+@pytest.mark.parametrize(
+    "kind", ["memory", "sqlite", "sqlite-memory", "sqlite-sync-ctor", "postgres", "postgres-no-cache"]
+)
 async def test_conformance_all_capabilities(kind: str, tmp_path: Path) -> None:
     counter = iter(range(100))
+    schemas: list[str] = []
 
     @checkpointer_test(name=f"langgraph-ckpt-ext-{kind}")
     async def factory() -> AsyncIterator[object]:
@@ -27,12 +33,22 @@ async def test_conformance_all_capabilities(kind: str, tmp_path: Path) -> None:
         elif kind == "sqlite-memory":
             async with SQLiteCheckpointer.from_conn_string(":memory:") as cp:
                 yield cp
+        elif kind.startswith("postgres"):
+            schema = pg_schema()
+            schemas.append(schema)
+            options = {"statement_cache_size": 0} if kind == "postgres-no-cache" else {}
+            async with PostgresCheckpointer.from_conn_string(PG_DSN, schema=schema, **options) as cp:
+                yield cp
         else:  # the plain constructor, then used from this test's event loop
             cp = SQLiteCheckpointer(tmp_path / f"conf-{next(counter)}.db")
             yield cp
             await cp.aclose()
 
-    report = await validate(factory)
+    try:
+        report = await validate(factory)
+    finally:
+        if schemas:
+            await asyncio.to_thread(drop_pg_schemas, *schemas)
     counts = {
         cap: (res.tests_passed, res.tests_failed) for cap, res in report.results.items()
     }

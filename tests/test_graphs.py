@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from langgraph.types import Command
 
-from .conftest import LoopThread, in_running_loop, make_saver
+from .conftest import LoopThread, drop_pg_schemas, in_running_loop, make_saver
 from .graphs import (
     approval_graph,
     chat_graph,
@@ -241,8 +241,12 @@ def test_long_thread_300_turns(backend: str, tmp_path: Path, mode: str, loop_thr
         assert 100 < turns < 200 and len(mid["messages"]) in (2 * turns, 2 * turns + 1)
         assert mid["messages"][2 * turns - 2].content == f"turn {turns - 1}"
 
-    if mode == "sync_in_loop":
-        in_running_loop(lambda: scenario(api))
-    else:
-        scenario(api)
-    saver.close()
+    try:
+        if mode == "sync_in_loop":
+            in_running_loop(lambda: scenario(api))
+        else:
+            scenario(api)
+    finally:
+        saver.close()
+        if backend == "postgres":
+            drop_pg_schemas(saver.test_schema)  # type: ignore[attr-defined]

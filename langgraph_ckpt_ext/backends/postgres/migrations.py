@@ -1,0 +1,54 @@
+"""Storage migrations of the PostgreSQL backend: step N brings the tables to version N.
+
+`setup()` takes a transaction-scoped advisory lock, then applies each pending step in one
+transaction together with its row in `lgx_migrations`. Text columns that are ordered use the
+"C" collation, so that the database orders them as Python does (`writes_sort_key`).
+Append steps; never edit a released one.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[list[str]] = [
+    # 1: checkpoints, per-channel blobs (full values or append-deltas), pending writes.
+    [
+        """CREATE TABLE lgx_checkpoints (
+            thread_id TEXT COLLATE "C" NOT NULL,
+            checkpoint_ns TEXT COLLATE "C" NOT NULL DEFAULT '',
+            checkpoint_id TEXT COLLATE "C" NOT NULL,
+            parent_checkpoint_id TEXT COLLATE "C",
+            run_id TEXT,
+            type TEXT NOT NULL,
+            checkpoint BYTEA NOT NULL,
+            metadata_type TEXT NOT NULL,
+            metadata BYTEA NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+        )""",
+        "CREATE INDEX lgx_checkpoints_run_id ON lgx_checkpoints (run_id) WHERE run_id IS NOT NULL",
+        "CREATE INDEX lgx_checkpoints_thread_order "
+        "ON lgx_checkpoints (thread_id, checkpoint_id, checkpoint_ns)",
+        """CREATE TABLE lgx_blobs (
+            thread_id TEXT COLLATE "C" NOT NULL,
+            checkpoint_ns TEXT COLLATE "C" NOT NULL DEFAULT '',
+            channel TEXT COLLATE "C" NOT NULL,
+            version TEXT COLLATE "C" NOT NULL,
+            type TEXT NOT NULL,
+            data BYTEA NOT NULL,
+            base_version TEXT COLLATE "C",
+            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+        )""",
+        """CREATE TABLE lgx_writes (
+            thread_id TEXT COLLATE "C" NOT NULL,
+            checkpoint_ns TEXT COLLATE "C" NOT NULL DEFAULT '',
+            checkpoint_id TEXT COLLATE "C" NOT NULL,
+            task_id TEXT COLLATE "C" NOT NULL,
+            idx INTEGER NOT NULL,
+            channel TEXT COLLATE "C" NOT NULL,
+            type TEXT NOT NULL,
+            data BYTEA NOT NULL,
+            task_path TEXT COLLATE "C" NOT NULL DEFAULT '',
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+        )""",
+    ],
+]
+
+LATEST = len(MIGRATIONS)

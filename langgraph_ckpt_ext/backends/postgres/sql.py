@@ -1,0 +1,164 @@
+"""SQL of the PostgreSQL backend, as named constants. Values are always bound parameters; key
+lists travel as arrays (`unnest`), so no statement text depends on input."""
+
+from __future__ import annotations
+
+CHECKPOINT_COLS = (
+    "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
+    "type, checkpoint, metadata_type, metadata"
+)
+
+# Any constant 64-bit key: `setup()` of every process takes this lock before migrating.
+MIGRATION_LOCK = 0x6C67636B7074  # "lgckpt"
+
+CREATE_MIGRATIONS = """
+CREATE TABLE IF NOT EXISTS lgx_migrations (
+    version INTEGER PRIMARY KEY,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)"""
+LOCK_MIGRATIONS = "SELECT pg_advisory_xact_lock($1)"
+SELECT_STORAGE_VERSION = "SELECT COALESCE(MAX(version), 0) FROM lgx_migrations"
+INSERT_MIGRATION = "INSERT INTO lgx_migrations (version) VALUES ($1)"
+
+UPSERT_CHECKPOINT = f"""
+INSERT INTO lgx_checkpoints ({CHECKPOINT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+    parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id,
+    type = EXCLUDED.type, checkpoint = EXCLUDED.checkpoint,
+    metadata_type = EXCLUDED.metadata_type, metadata = EXCLUDED.metadata"""
+
+UPSERT_BLOBS = """
+INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
+SELECT $1, $2, ch, ver, ty, da, NULL
+FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[]) AS b(ch, ver, ty, da)
+ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
+    type = EXCLUDED.type, data = EXCLUDED.data, base_version = NULL"""
+
+# An append-delta lands only on top of an existing base row; the caller checks the status.
+INSERT_DELTA_IF_BASE = """
+INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
+SELECT $1, $2, $3, $4, $5, $6, $7
+WHERE EXISTS (
+    SELECT 1 FROM lgx_blobs
+    WHERE thread_id = $1 AND checkpoint_ns = $2 AND channel = $3 AND version = $7
+)
+ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
+    type = EXCLUDED.type, data = EXCLUDED.data, base_version = EXCLUDED.base_version"""
+
+_WRITE_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path"
+INSERT_WRITES_KEEP = f"""
+INSERT INTO lgx_writes ({_WRITE_COLS})
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[],
+                     $7::text[], $8::bytea[], $9::text[])
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING"""
+INSERT_WRITES_REPLACE = INSERT_WRITES_KEEP.replace(
+    "DO NOTHING",
+    "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, data = EXCLUDED.data, "
+    "task_path = EXCLUDED.task_path",
+)
+
+SELECT_CHECKPOINT = f"""
+SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints
+WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3"""
+SELECT_LATEST_CHECKPOINT = f"""
+SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints
+WHERE thread_id = $1 AND checkpoint_ns = $2
+ORDER BY checkpoint_id DESC LIMIT 1"""
+
+SELECT_ANCESTORS = f"""
+WITH RECURSIVE chain(id, n) AS (
+    SELECT $3::text COLLATE "C", 0
+    UNION ALL
+    SELECT c.parent_checkpoint_id, chain.n + 1
+    FROM lgx_checkpoints c JOIN chain
+      ON c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = chain.id
+    WHERE c.parent_checkpoint_id IS NOT NULL AND chain.n + 1 < $4
+)
+SELECT {", ".join("c." + col.strip() for col in CHECKPOINT_COLS.split(","))}
+FROM chain JOIN lgx_checkpoints c
+  ON c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = chain.id
+ORDER BY chain.n"""
+
+SELECT_BLOBS = """
+WITH RECURSIVE need(channel, version) AS (
+    SELECT ch COLLATE "C", ver COLLATE "C" FROM unnest($3::text[], $4::text[]) AS k(ch, ver)
+    UNION
+    SELECT b.channel, b.base_version FROM lgx_blobs b JOIN need
+      ON b.thread_id = $1 AND b.checkpoint_ns = $2
+     AND b.channel = need.channel AND b.version = need.version
+    WHERE b.base_version IS NOT NULL
+)
+SELECT b.channel, b.version, b.type, b.data, b.base_version
+FROM need JOIN lgx_blobs b
+  ON b.thread_id = $1 AND b.checkpoint_ns = $2
+ AND b.channel = need.channel AND b.version = need.version"""
+
+SELECT_WRITES = f"""
+SELECT {_WRITE_COLS} FROM lgx_writes
+WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::text[])
+  AND ($4::text[] IS NULL OR channel = ANY($4::text[]))
+ORDER BY checkpoint_id, task_path, task_id, idx"""
+
+
+def select_checkpoints(
+    *, thread: bool, ns: bool, checkpoint_id: bool, before: bool, after_cursor: bool
+) -> tuple[str, int]:
+    """A page of `list`: each flag adds one fixed condition. Returns the SQL and how many
+    parameters the conditions take (the page size comes last)."""
+    where, n = [], 0
+    for flag, condition in (
+        (thread, "thread_id = ${}"),
+        (ns, "checkpoint_ns = ${}"),
+        (checkpoint_id, "checkpoint_id = ${}"),
+        (before, "checkpoint_id < ${}"),
+    ):
+        if flag:
+            n += 1
+            where.append(condition.format(n))
+    if after_cursor:
+        where.append(f"(checkpoint_id, checkpoint_ns, thread_id) < (${n + 1}, ${n + 2}, ${n + 3})")
+        n += 3
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    return (
+        f"""SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints {clause}
+ORDER BY checkpoint_id DESC, checkpoint_ns DESC, thread_id DESC LIMIT ${n + 1}""",
+        n,
+    )
+
+
+SELECT_RUNS = """
+SELECT thread_id, checkpoint_ns, checkpoint_id FROM lgx_checkpoints
+WHERE run_id = ANY($1::text[])"""
+
+DELETE_THREAD = [
+    "DELETE FROM lgx_checkpoints WHERE thread_id = $1",
+    "DELETE FROM lgx_blobs WHERE thread_id = $1",
+    "DELETE FROM lgx_writes WHERE thread_id = $1",
+]
+
+COPY_THREAD = [
+    f"""INSERT INTO lgx_checkpoints ({CHECKPOINT_COLS})
+    SELECT $1, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id,
+           type, checkpoint, metadata_type, metadata
+    FROM lgx_checkpoints WHERE thread_id = $2 ON CONFLICT DO NOTHING""",
+    """INSERT INTO lgx_blobs
+        (thread_id, checkpoint_ns, channel, version, type, data, base_version)
+    SELECT $1, checkpoint_ns, channel, version, type, data, base_version
+    FROM lgx_blobs WHERE thread_id = $2 ON CONFLICT DO NOTHING""",
+    f"""INSERT INTO lgx_writes ({_WRITE_COLS})
+    SELECT $1, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path
+    FROM lgx_writes WHERE thread_id = $2 ON CONFLICT DO NOTHING""",
+]
+
+DELETE_CHECKPOINTS = """
+DELETE FROM lgx_checkpoints
+WHERE thread_id = $1 AND (checkpoint_ns, checkpoint_id) IN (
+    SELECT * FROM unnest($2::text[], $3::text[]))"""
+DELETE_CHECKPOINTS_WRITES = DELETE_CHECKPOINTS.replace("lgx_checkpoints", "lgx_writes")
+SELECT_THREAD_CHECKPOINTS = f"SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints WHERE thread_id = $1"
+SELECT_THREAD_BLOB_REFS = """
+SELECT checkpoint_ns, channel, version, base_version FROM lgx_blobs WHERE thread_id = $1"""
+DELETE_BLOBS = """
+DELETE FROM lgx_blobs
+WHERE thread_id = $1 AND (checkpoint_ns, channel, version) IN (
+    SELECT * FROM unnest($2::text[], $3::text[], $4::text[]))"""

@@ -1,0 +1,345 @@
+"""`PostgresStore`: the rows of `StoreCheckpointer` in PostgreSQL, through asyncpg pools."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from typing import Any, TypeVar
+
+import asyncpg
+
+from ...core.errors import CheckpointerError, InvalidConfigError, StorageVersionError
+from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
+from ...core.store import GcPlanner
+from . import sql
+from .migrations import LATEST, MIGRATIONS
+
+T = TypeVar("T")
+_PAGE = 64
+_ATTEMPTS = 3
+
+# What a server restart or a terminated backend looks like to a client.
+_CONNECTION_LOST = (
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.ConnectionFailureError,
+    asyncpg.exceptions.InterfaceError,
+    ConnectionError,
+    OSError,
+)
+
+
+class StoreUnavailableError(CheckpointerError, ConnectionError):
+    """The database could not be reached after retrying; nothing was half-written."""
+
+
+def _checkpoint(r: Any) -> CheckpointRow:
+    return CheckpointRow(r[0], r[1], r[2], r[3], r[4], (r[5], r[6]), (r[7], r[8]))
+
+
+class PostgresStore:
+    """Rows in PostgreSQL. Each operation takes a connection of the pool of the caller's event
+    loop (asyncpg pools belong to one loop; the store opens one per loop from its DSN), so
+    requests run on many connections at once. A write is one transaction; every write is
+    idempotent, so one that met a lost connection is retried, as reads are."""
+
+    inline = False
+
+    def __init__(
+        self,
+        *,
+        dsn: str | None = None,
+        pool: asyncpg.Pool | None = None,
+        pool_options: dict[str, Any] | None = None,
+    ) -> None:
+        if dsn is None and pool is None:
+            raise InvalidConfigError("PostgresStore needs a DSN or a pool")
+        self._dsn = dsn
+        self._options = dict(pool_options or {})
+        self._pools: dict[asyncio.AbstractEventLoop | None, asyncpg.Pool] = {}
+        self._owned: list[tuple[asyncio.AbstractEventLoop, asyncpg.Pool]] = []
+        self._guard = threading.Lock()
+        if pool is not None:
+            try:
+                loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            self._pools[loop] = pool
+
+    async def _pool(self) -> asyncpg.Pool:
+        loop = asyncio.get_running_loop()
+        with self._guard:
+            pool = self._pools.get(loop)
+            if pool is None and self._dsn is None:
+                pool = self._pools.get(None) or next(iter(self._pools.values()))
+                if None not in self._pools:
+                    raise InvalidConfigError(
+                        "this checkpointer was given an asyncpg pool of another event loop: "
+                        "use its async methods on that loop, or pass dsn= so that it can open "
+                        "a pool for this one (sync calls run on a loop of their own)"
+                    )
+        if pool is not None:
+            return pool
+        created = await asyncpg.create_pool(self._dsn, **self._options)
+        with self._guard:
+            pool = self._pools.setdefault(loop, created)
+            if pool is created:
+                self._owned.append((loop, created))
+        if pool is not created:
+            await created.close()
+        return pool
+
+    async def _run(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, tx: bool) -> T:
+        for attempt in range(_ATTEMPTS):
+            try:
+                pool = await self._pool()
+                async with pool.acquire() as conn:
+                    if not tx:
+                        return await fn(conn)
+                    async with conn.transaction():
+                        return await fn(conn)
+            except _CONNECTION_LOST as exc:
+                if attempt == _ATTEMPTS - 1:
+                    raise StoreUnavailableError(
+                        f"PostgreSQL connection lost ({type(exc).__name__}: {exc}); retried "
+                        f"{_ATTEMPTS} times. Nothing was half-written; the pool reconnects, so "
+                        "retry the call once the server is back"
+                    ) from exc
+                await asyncio.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    async def migrate(self, schema: str | None = None) -> int:
+        """Create the schema (if named) and apply pending migrations under an advisory lock."""
+
+        async def step(conn: asyncpg.Connection) -> tuple[int, bool]:
+            await conn.execute(sql.LOCK_MIGRATIONS, sql.MIGRATION_LOCK)
+            if schema is not None:
+                await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            await conn.execute(sql.CREATE_MIGRATIONS)
+            current = int(await conn.fetchval(sql.SELECT_STORAGE_VERSION))
+            if current > LATEST:
+                raise StorageVersionError(
+                    f"this database has storage version {current}, newer than the {LATEST} "
+                    "this langgraph-ckpt-ext knows: upgrade the package"
+                )
+            if current == LATEST:
+                return current, True
+            for statement in MIGRATIONS[current]:
+                await conn.execute(statement)
+            await conn.execute(sql.INSERT_MIGRATION, current + 1)
+            return current + 1, current + 1 == LATEST
+
+        while True:
+            version, done = await self._run(step, tx=True)
+            if done:
+                return version
+
+    # -- writing ----------------------------------------------------------------------------
+
+    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
+        tid, ns = row.thread_id, row.checkpoint_ns
+
+        async def op(conn: asyncpg.Connection) -> set[str]:
+            fell_back: set[str] = set()
+            full = [(b.channel, b.version, b.type, b.data) for b in blobs if b.base_version is None]
+            for b in blobs:
+                if b.base_version is None:
+                    continue
+                status = await conn.execute(
+                    sql.INSERT_DELTA_IF_BASE,
+                    tid, ns, b.channel, b.version, b.type, b.data, b.base_version,
+                )
+                if status.endswith(" 0"):  # the base is gone (pruned, or by another process)
+                    assert b.full is not None
+                    full.append((b.channel, b.version, *b.full()))
+                    fell_back.add(b.channel)
+            if full:
+                chs, vers, types, datas = (list(col) for col in zip(*full, strict=True))
+                await conn.execute(sql.UPSERT_BLOBS, tid, ns, chs, vers, types, datas)
+            await conn.execute(
+                sql.UPSERT_CHECKPOINT,
+                tid, ns, row.checkpoint_id, row.parent_checkpoint_id, row.run_id,
+                *row.checkpoint, *row.metadata,
+            )
+            return fell_back
+
+        return await self._run(op, tx=True)
+
+    async def write_writes(self, rows: Sequence[WriteRow]) -> None:
+        def columns(rs: Sequence[WriteRow]) -> list[list[Any]]:
+            return [list(col) for col in zip(*(
+                (r.thread_id, r.checkpoint_ns, r.checkpoint_id, r.task_id, r.idx,
+                 r.channel, r.type, r.data, r.task_path) for r in rs
+            ), strict=True)]
+
+        keep = [r for r in rows if r.idx >= 0]
+        replace = [r for r in rows if r.idx < 0]
+
+        async def op(conn: asyncpg.Connection) -> None:
+            if keep:
+                await conn.execute(sql.INSERT_WRITES_KEEP, *columns(keep))
+            if replace:
+                await conn.execute(sql.INSERT_WRITES_REPLACE, *columns(replace))
+
+        await self._run(op, tx=bool(keep and replace))
+
+    async def delete_thread(self, thread_id: str) -> None:
+        async def op(conn: asyncpg.Connection) -> None:
+            for statement in sql.DELETE_THREAD:
+                await conn.execute(statement, thread_id)
+
+        await self._run(op, tx=True)
+
+    async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        async def op(conn: asyncpg.Connection) -> None:
+            for statement in sql.COPY_THREAD:
+                await conn.execute(statement, target_thread_id, source_thread_id)
+
+        await self._run(op, tx=True)
+
+    async def delete_checkpoints(
+        self, thread_id: str, victims: Collection[tuple[str, str]], gc: GcPlanner
+    ) -> None:
+        nss = [ns for ns, _ in victims]
+        ids = [cid for _, cid in victims]
+
+        async def op(conn: asyncpg.Connection) -> None:
+            await conn.execute(sql.DELETE_CHECKPOINTS, thread_id, nss, ids)
+            await conn.execute(sql.DELETE_CHECKPOINTS_WRITES, thread_id, nss, ids)
+            remaining = [_checkpoint(r) for r in
+                         await conn.fetch(sql.SELECT_THREAD_CHECKPOINTS, thread_id)]
+            refs = [BlobRef(*r) for r in await conn.fetch(sql.SELECT_THREAD_BLOB_REFS, thread_id)]
+            dead = list(gc(remaining, refs))
+            if dead:
+                cols = [list(col) for col in zip(*dead, strict=True)]
+                await conn.execute(sql.DELETE_BLOBS, thread_id, *cols)
+
+        await self._run(op, tx=True)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def _fetch(self, statement: str, *params: Any) -> list[Any]:
+        return await self._run(lambda conn: conn.fetch(statement, *params), tx=False)
+
+    async def read_checkpoint(
+        self, thread_id: str, ns: str, checkpoint_id: str | None
+    ) -> CheckpointRow | None:
+        if checkpoint_id is None:
+            rows = await self._fetch(sql.SELECT_LATEST_CHECKPOINT, thread_id, ns)
+        else:
+            rows = await self._fetch(sql.SELECT_CHECKPOINT, thread_id, ns, checkpoint_id)
+        return _checkpoint(rows[0]) if rows else None
+
+    async def read_tuple(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str | None,
+        wanted: Callable[[CheckpointRow], Collection[tuple[str, str]]],
+    ) -> tuple[CheckpointRow, dict[tuple[str, str], BlobRow], list[WriteRow]] | None:
+        async def op(conn: asyncpg.Connection) -> Any:
+            if checkpoint_id is None:
+                found = await conn.fetchrow(sql.SELECT_LATEST_CHECKPOINT, thread_id, ns)
+            else:
+                found = await conn.fetchrow(sql.SELECT_CHECKPOINT, thread_id, ns, checkpoint_id)
+            if found is None:
+                return None
+            row = _checkpoint(found)
+            blobs = await _blobs(conn, thread_id, ns, wanted(row))
+            writes = await _writes(conn, thread_id, ns, [row.checkpoint_id], None)
+            return row, blobs, writes.get(row.checkpoint_id, [])
+
+        return await self._run(op, tx=False)
+
+    async def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
+        base = [
+            v for v in (query.thread_id, query.checkpoint_ns, query.checkpoint_id, query.before)
+            if v is not None
+        ]
+        cursor: tuple[str, str, str] | None = None
+        while True:
+            statement, _ = sql.select_checkpoints(
+                thread=query.thread_id is not None,
+                ns=query.checkpoint_ns is not None,
+                checkpoint_id=query.checkpoint_id is not None,
+                before=query.before is not None,
+                after_cursor=cursor is not None,
+            )
+            page = [_checkpoint(r) for r in
+                    await self._fetch(statement, *base, *(cursor or ()), _PAGE)]
+            for row in page:
+                yield row
+            if len(page) < _PAGE:
+                return
+            last = page[-1]
+            cursor = (last.checkpoint_id, last.checkpoint_ns, last.thread_id)
+
+    async def read_ancestors(
+        self, thread_id: str, ns: str, checkpoint_id: str, limit: int
+    ) -> list[CheckpointRow]:
+        rows = await self._fetch(sql.SELECT_ANCESTORS, thread_id, ns, checkpoint_id, limit)
+        return [_checkpoint(r) for r in rows]
+
+    async def read_blobs(
+        self, thread_id: str, ns: str, keys: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], BlobRow]:
+        return await self._run(lambda conn: _blobs(conn, thread_id, ns, keys), tx=False)
+
+    async def read_writes(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_ids: Collection[str],
+        channels: Collection[str] | None = None,
+    ) -> dict[str, list[WriteRow]]:
+        if channels is not None and not channels:
+            return {}
+        ids = list(checkpoint_ids)
+        return await self._run(lambda conn: _writes(conn, thread_id, ns, ids, channels), tx=False)
+
+    async def find_runs(self, run_ids: Collection[str]) -> list[tuple[str, str, str]]:
+        return [tuple(r) for r in await self._fetch(sql.SELECT_RUNS, list(run_ids))]
+
+    async def close(self) -> None:
+        """Close the pools this store opened (a pool passed in stays the caller's)."""
+        with self._guard:
+            owned, self._owned = self._owned, []
+            for _, pool in owned:
+                self._pools = {k: v for k, v in self._pools.items() if v is not pool}
+        current = asyncio.get_running_loop()
+        for loop, pool in owned:
+            if loop is current:
+                await pool.close()
+            elif loop.is_running():
+                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(pool.close(), loop))
+            else:
+                pool.terminate()
+
+
+async def _blobs(
+    conn: asyncpg.Connection, thread_id: str, ns: str, keys: Collection[tuple[str, str]]
+) -> dict[tuple[str, str], BlobRow]:
+    if not keys:
+        return {}
+    chs, vers = (list(col) for col in zip(*keys, strict=True))
+    rows = await conn.fetch(sql.SELECT_BLOBS, thread_id, ns, chs, vers)
+    return {(r[0], r[1]): BlobRow(r[0], r[1], r[2], r[3], r[4]) for r in rows}
+
+
+async def _writes(
+    conn: asyncpg.Connection,
+    thread_id: str,
+    ns: str,
+    ids: Sequence[str],
+    channels: Collection[str] | None,
+) -> dict[str, list[WriteRow]]:
+    chans = None if channels is None else list(channels)
+    out: dict[str, list[WriteRow]] = {}
+    for r in await conn.fetch(sql.SELECT_WRITES, thread_id, ns, list(ids), chans):
+        row = WriteRow(*r)
+        out.setdefault(row.checkpoint_id, []).append(row)
+    return out
