@@ -6,9 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from langgraph_ckpt_ext import SQLiteCheckpointer
+from langgraph_ckpt_ext import PostgresCheckpointer, SQLiteCheckpointer
 from langgraph_ckpt_ext.backends.sqlite.migrations import LATEST
 
+from .conftest import PG_DSN, drop_pg_schemas, pg_schema
 from .graphs import approval_graph
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,9 +47,34 @@ def test_processes_share_one_file(tmp_path: Path) -> None:
     assert all("CHAT 25" in out for out in outs)
     with SQLiteCheckpointer(db) as saver:
         threads = {t.config["configurable"]["thread_id"] for t in saver.list(None)}
-        assert threads == {"p0", "p1", "p2", "p3"}
+        assert threads == {"p0-chat", "p1-chat", "p2-chat", "p3-chat"}
         for i in range(4):
-            latest = saver.get_tuple({"configurable": {"thread_id": f"p{i}"}})
+            latest = saver.get_tuple({"configurable": {"thread_id": f"p{i}-chat"}})
             assert latest is not None
             assert len(latest.checkpoint["channel_values"]["messages"]) == 50
         assert saver.setup() == LATEST  # each storage version applied once
+
+
+def test_postgres_processes_share_a_database() -> None:
+    """Two processes run different threads at once (the first also pauses one for a human);
+    a third resumes the paused thread."""
+    schema = pg_schema()
+    target = f"postgres:{schema}"
+    try:
+        first = _spawn("start+chat", target, "a")
+        second = _spawn("chat", target, "b")
+        out_first, out_second = _finish(first), _finish(second)
+        assert "PAUSED approve refund?" in out_first and "CHAT 25" in out_first
+        assert "CHAT 25" in out_second
+        assert "DONE proposed refund|human said yes|acted on yes" in _finish(
+            _spawn("resume", target, "a")
+        )
+        with PostgresCheckpointer(PG_DSN, schema=schema) as saver:
+            threads = {t.config["configurable"]["thread_id"] for t in saver.list(None)}
+            assert threads == {"a", "a-chat", "b-chat"}
+            state = approval_graph().compile(checkpointer=saver).get_state(
+                {"configurable": {"thread_id": "a"}}
+            )
+            assert state.next == () and state.values["decision"] == "yes"
+    finally:
+        drop_pg_schemas(schema)

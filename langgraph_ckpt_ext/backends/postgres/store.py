@@ -26,9 +26,14 @@ _CONNECTION_LOST = (
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.ConnectionFailureError,
     asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
     ConnectionError,
     OSError,
 )
+
+
+class _Lost(Exception):
+    """An error raised by a connection that the server closed under it."""
 
 
 class StoreUnavailableError(CheckpointerError, ConnectionError):
@@ -57,7 +62,8 @@ class PostgresStore:
         if dsn is None and pool is None:
             raise InvalidConfigError("PostgresStore needs a DSN or a pool")
         self._dsn = dsn
-        self._options = dict(pool_options or {})
+        # A pool per event loop: start each small, let it grow under load.
+        self._options = {"min_size": 1, "max_size": 10, **(pool_options or {})}
         self._pools: dict[asyncio.AbstractEventLoop | None, asyncpg.Pool] = {}
         self._owned: list[tuple[asyncio.AbstractEventLoop, asyncpg.Pool]] = []
         self._guard = threading.Lock()
@@ -96,17 +102,25 @@ class PostgresStore:
             try:
                 pool = await self._pool()
                 async with pool.acquire() as conn:
-                    if not tx:
-                        return await fn(conn)
-                    async with conn.transaction():
-                        return await fn(conn)
-            except _CONNECTION_LOST as exc:
+                    try:
+                        if not tx:
+                            return await fn(conn)
+                        async with conn.transaction():
+                            return await fn(conn)
+                    except Exception as exc:
+                        # A terminated backend surfaces as many error types; a closed
+                        # connection says what happened.
+                        if conn.is_closed() and not isinstance(exc, _CONNECTION_LOST):
+                            raise _Lost(exc) from exc
+                        raise
+            except (*_CONNECTION_LOST, _Lost) as exc:
+                cause = exc.__cause__ if isinstance(exc, _Lost) else exc
                 if attempt == _ATTEMPTS - 1:
                     raise StoreUnavailableError(
-                        f"PostgreSQL connection lost ({type(exc).__name__}: {exc}); retried "
+                        f"PostgreSQL connection lost ({type(cause).__name__}: {cause}); tried "
                         f"{_ATTEMPTS} times. Nothing was half-written; the pool reconnects, so "
                         "retry the call once the server is back"
-                    ) from exc
+                    ) from cause
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
 
