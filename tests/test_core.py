@@ -216,6 +216,16 @@ def test_import_loads_no_driver_and_connect_urls(tmp_path: Path) -> None:
         assert isinstance(cp, SQLiteCheckpointer) and (tmp_path / "u.db").exists()
     with pytest.raises(ValueError, match="unsupported"):
         connect("mysql://x")
+    from langgraph_ckpt_ext import PostgresCheckpointer
+
+    from .conftest import PG_DSN, drop_pg_schemas, pg_schema
+
+    schema = pg_schema()
+    try:
+        with connect(PG_DSN, schema=schema) as cp:
+            assert isinstance(cp, PostgresCheckpointer) and cp.setup() >= 1
+    finally:
+        drop_pg_schemas(schema)
 
 
 # -- LangGraph's DeltaChannel ---------------------------------------------------------------
