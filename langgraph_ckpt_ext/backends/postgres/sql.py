@@ -65,33 +65,53 @@ SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints
 WHERE thread_id = $1 AND checkpoint_ns = $2
 ORDER BY checkpoint_id DESC LIMIT 1"""
 
+_C_COLS = ", ".join("c." + col.strip() for col in CHECKPOINT_COLS.split(","))
+
+# The parent chain from one checkpoint, nearest first, at most $4 rows; primary-key probes, as
+# for blobs below.
 SELECT_ANCESTORS = f"""
 WITH RECURSIVE chain(id, n) AS (
     SELECT $3::text COLLATE "C", 0
     UNION ALL
-    SELECT c.parent_checkpoint_id, chain.n + 1
-    FROM lgx_checkpoints c JOIN chain
-      ON c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = chain.id
-    WHERE c.parent_checkpoint_id IS NOT NULL AND chain.n + 1 < $4
+    SELECT p.parent_checkpoint_id, chain.n + 1
+    FROM chain CROSS JOIN LATERAL (
+        SELECT parent_checkpoint_id FROM lgx_checkpoints
+        WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = chain.id
+        LIMIT 1
+    ) p
+    WHERE p.parent_checkpoint_id IS NOT NULL AND chain.n + 1 < $4
 )
-SELECT {", ".join("c." + col.strip() for col in CHECKPOINT_COLS.split(","))}
-FROM chain JOIN lgx_checkpoints c
-  ON c.thread_id = $1 AND c.checkpoint_ns = $2 AND c.checkpoint_id = chain.id
+SELECT {_C_COLS}
+FROM chain CROSS JOIN LATERAL (
+    SELECT * FROM lgx_checkpoints
+    WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = chain.id
+    LIMIT 1
+) c
 ORDER BY chain.n"""
 
+# Lateral lookups by primary key (`LIMIT 1` keeps them from being flattened into a join): an
+# index probe per row of the chain, whatever the planner believes about the table's size. A
+# hash join here would scan every blob of every thread.
 SELECT_BLOBS = """
 WITH RECURSIVE need(channel, version) AS (
     SELECT ch COLLATE "C", ver COLLATE "C" FROM unnest($3::text[], $4::text[]) AS k(ch, ver)
     UNION
-    SELECT b.channel, b.base_version FROM lgx_blobs b JOIN need
-      ON b.thread_id = $1 AND b.checkpoint_ns = $2
-     AND b.channel = need.channel AND b.version = need.version
+    SELECT need.channel, b.base_version
+    FROM need CROSS JOIN LATERAL (
+        SELECT base_version FROM lgx_blobs
+        WHERE thread_id = $1 AND checkpoint_ns = $2
+          AND channel = need.channel AND version = need.version
+        LIMIT 1
+    ) b
     WHERE b.base_version IS NOT NULL
 )
 SELECT b.channel, b.version, b.type, b.data, b.base_version
-FROM need JOIN lgx_blobs b
-  ON b.thread_id = $1 AND b.checkpoint_ns = $2
- AND b.channel = need.channel AND b.version = need.version"""
+FROM need CROSS JOIN LATERAL (
+    SELECT channel, version, type, data, base_version FROM lgx_blobs
+    WHERE thread_id = $1 AND checkpoint_ns = $2
+      AND channel = need.channel AND version = need.version
+    LIMIT 1
+) b"""
 
 SELECT_WRITES = f"""
 SELECT {_WRITE_COLS} FROM lgx_writes
