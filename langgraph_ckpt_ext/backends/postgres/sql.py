@@ -34,16 +34,42 @@ FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[]) AS b(ch, ver, ty, d
 ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
     type = EXCLUDED.type, data = EXCLUDED.data, base_version = NULL"""
 
-# An append-delta lands only on top of an existing base row; the caller checks the status.
-INSERT_DELTA_IF_BASE = """
-INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
-SELECT $1, $2, $3, $4, $5, $6, $7
-WHERE EXISTS (
-    SELECT 1 FROM lgx_blobs
-    WHERE thread_id = $1 AND checkpoint_ns = $2 AND channel = $3 AND version = $7
+# A whole put in one statement, so one round trip: full blobs, append-deltas that land only on
+# an existing base, and the checkpoint row only if every delta landed (else the caller writes
+# the missing values whole, with the checkpoint, in a second transaction).
+PUT_CHECKPOINT = f"""
+WITH full_blobs AS (
+    INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
+    SELECT $1, $2, ch, ver, ty, da, NULL
+    FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[]) AS f(ch, ver, ty, da)
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
+        type = EXCLUDED.type, data = EXCLUDED.data, base_version = NULL
+    RETURNING 1
+), deltas AS (
+    INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
+    SELECT $1, $2, d.ch, d.ver, d.ty, d.da, d.base
+    FROM unnest($7::text[], $8::text[], $9::text[], $10::bytea[], $11::text[])
+        AS d(ch, ver, ty, da, base)
+    WHERE EXISTS (
+        SELECT 1 FROM lgx_blobs x
+        WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.channel = d.ch
+          AND x.version = d.base
+    )
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
+        type = EXCLUDED.type, data = EXCLUDED.data, base_version = EXCLUDED.base_version
+    RETURNING channel
+), ckpt AS (
+    INSERT INTO lgx_checkpoints ({CHECKPOINT_COLS})
+    SELECT $1, $2, $12, $13, $14, $15, $16, $17, $18
+    WHERE (SELECT count(*) FROM deltas) = cardinality($7::text[])
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+        parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id,
+        type = EXCLUDED.type, checkpoint = EXCLUDED.checkpoint,
+        metadata_type = EXCLUDED.metadata_type, metadata = EXCLUDED.metadata
+    RETURNING 1
 )
-ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
-    type = EXCLUDED.type, data = EXCLUDED.data, base_version = EXCLUDED.base_version"""
+SELECT (SELECT count(*) FROM full_blobs), (SELECT array_agg(channel) FROM deltas),
+       (SELECT count(*) FROM ckpt)"""
 
 _WRITE_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path"
 INSERT_WRITES_KEEP = f"""

@@ -156,32 +156,39 @@ class PostgresStore:
 
     async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
         tid, ns = row.thread_id, row.checkpoint_ns
+        full = [b for b in blobs if b.base_version is None]
+        deltas = [b for b in blobs if b.base_version is not None]
+        params = (
+            tid, ns,
+            [b.channel for b in full], [b.version for b in full],
+            [b.type for b in full], [b.data for b in full],
+            [b.channel for b in deltas], [b.version for b in deltas],
+            [b.type for b in deltas], [b.data for b in deltas],
+            [b.base_version for b in deltas],
+            row.checkpoint_id, row.parent_checkpoint_id, row.run_id, *row.checkpoint, *row.metadata,
+        )
+        found = await self._run(lambda conn: conn.fetchrow(sql.PUT_CHECKPOINT, *params), tx=False)
+        landed = set(found[1] or ())
+        if found[2]:
+            return set()
+        # A delta's base is gone (pruned, or deleted by another process): write those values
+        # whole, with the checkpoint row, in one transaction.
+        missing = [b for b in deltas if b.channel not in landed]
+        whole = [BlobRow(b.channel, b.version, *b.full()) for b in missing if b.full is not None]
 
-        async def op(conn: asyncpg.Connection) -> set[str]:
-            fell_back: set[str] = set()
-            full = [(b.channel, b.version, b.type, b.data) for b in blobs if b.base_version is None]
-            for b in blobs:
-                if b.base_version is None:
-                    continue
-                status = await conn.execute(
-                    sql.INSERT_DELTA_IF_BASE,
-                    tid, ns, b.channel, b.version, b.type, b.data, b.base_version,
-                )
-                if status.endswith(" 0"):  # the base is gone (pruned, or by another process)
-                    assert b.full is not None
-                    full.append((b.channel, b.version, *b.full()))
-                    fell_back.add(b.channel)
-            if full:
-                chs, vers, types, datas = (list(col) for col in zip(*full, strict=True))
-                await conn.execute(sql.UPSERT_BLOBS, tid, ns, chs, vers, types, datas)
+        async def op(conn: asyncpg.Connection) -> None:
+            await conn.execute(
+                sql.UPSERT_BLOBS, tid, ns, [b.channel for b in whole], [b.version for b in whole],
+                [b.type for b in whole], [b.data for b in whole],
+            )
             await conn.execute(
                 sql.UPSERT_CHECKPOINT,
                 tid, ns, row.checkpoint_id, row.parent_checkpoint_id, row.run_id,
                 *row.checkpoint, *row.metadata,
             )
-            return fell_back
 
-        return await self._run(op, tx=True)
+        await self._run(op, tx=True)
+        return {b.channel for b in missing}
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
         def columns(rs: Sequence[WriteRow]) -> list[list[Any]]:
