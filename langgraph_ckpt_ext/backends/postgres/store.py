@@ -40,6 +40,10 @@ class StoreUnavailableError(CheckpointerError, ConnectionError):
     """The database could not be reached after retrying; nothing was half-written."""
 
 
+async def _keep(conn: asyncpg.Connection) -> None:
+    return None
+
+
 def _checkpoint(r: Any) -> CheckpointRow:
     return CheckpointRow(r[0], r[1], r[2], r[3], r[4], (r[5], r[6]), (r[7], r[8]))
 
@@ -62,8 +66,10 @@ class PostgresStore:
         if dsn is None and pool is None:
             raise InvalidConfigError("PostgresStore needs a DSN or a pool")
         self._dsn = dsn
-        # A pool per event loop: start each small, let it grow under load.
-        self._options = {"min_size": 1, "max_size": 10, **(pool_options or {})}
+        # A pool per event loop: start each small, let it grow under load. Our operations leave
+        # no session state (locks are transaction-scoped, settings come with the connection), so
+        # a released connection needs no reset query: one round trip less per operation.
+        self._options = {"min_size": 1, "max_size": 10, "reset": _keep, **(pool_options or {})}
         self._pools: dict[asyncio.AbstractEventLoop | None, asyncpg.Pool] = {}
         self._owned: list[tuple[asyncio.AbstractEventLoop, asyncpg.Pool]] = []
         self._guard = threading.Lock()
