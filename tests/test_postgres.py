@@ -81,7 +81,9 @@ async def test_caller_owned_pool_and_statement_cache_off() -> None:
     )
     try:
         saver = PostgresCheckpointer(pool, schema=schema)
-        await saver.asetup()
+        async with pool.acquire() as busy, busy.transaction():  # the caller is mid-transaction
+            await busy.execute("SELECT 1")
+            await saver.asetup()  # runs on a connection of its own
         graph = chat_graph().compile(checkpointer=saver)
         config = {"configurable": {"thread_id": "owned"}}
         await graph.ainvoke({"messages": [human("hi")]}, config)
