@@ -342,7 +342,14 @@ class PostgresStore:
             if loop is current:
                 await pool.close()
             elif loop.is_running():
-                await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(pool.close(), loop))
+                # That loop's thread may be the one waiting for this close (a sync close()
+                # from a notebook cell): give it a moment, then cut the connections.
+                fut = asyncio.run_coroutine_threadsafe(pool.close(), loop)
+                try:
+                    await asyncio.wait_for(asyncio.wrap_future(fut), 5)
+                except asyncio.TimeoutError:
+                    fut.cancel()
+                    pool.terminate()
             else:
                 pool.terminate()
 
