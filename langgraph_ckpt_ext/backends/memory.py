@@ -215,6 +215,9 @@ class MemoryStore:
             for ns, channel, version in gc(remaining, refs):
                 self.blobs[(thread_id, ns)].pop((channel, version), None)
 
+    async def migrate(self) -> int:
+        return 0  # nothing persists, so there is nothing to migrate
+
     async def close(self) -> None:
         return None
 

@@ -72,3 +72,11 @@ class ListQuery:
     checkpoint_ns: str | None = None
     checkpoint_id: str | None = None
     before: str | None = None
+
+    @property
+    def params(self) -> list[str]:
+        """The values of the conditions that are set, in field order."""
+        return [
+            v for v in (self.thread_id, self.checkpoint_ns, self.checkpoint_id, self.before)
+            if v is not None
+        ]

@@ -439,6 +439,14 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
 
     # -- lifecycle --------------------------------------------------------------------------
 
+    def setup(self) -> int:
+        """Create or migrate the storage; returns its version. Idempotent, and safe when several
+        processes call it at once."""
+        return self._sync(self.asetup())
+
+    async def asetup(self) -> int:
+        return await self._store.migrate()
+
     async def aclose(self) -> None:
         """Close what this checkpointer owns (a connection or pool passed in stays open)."""
         await self._store.close()

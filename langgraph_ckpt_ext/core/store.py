@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Protocol
 
 from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
@@ -95,4 +95,27 @@ class Store(Protocol):
         `gc` names given what remains of the thread."""
         ...
 
+    async def migrate(self) -> int:
+        """Create or upgrade the storage (idempotent, safe across processes); its version."""
+        ...
+
     async def close(self) -> None: ...
+
+
+Cursor = tuple[str, str, str]
+"""(checkpoint_id, checkpoint_ns, thread_id) of the last row of a `list` page."""
+
+
+async def keyset_pages(
+    fetch: Callable[[Cursor | None], Awaitable[Sequence[CheckpointRow]]], page: int
+) -> AsyncIterator[CheckpointRow]:
+    """Rows of `list`, fetched a page at a time after the last row seen (no open cursor)."""
+    cursor: Cursor | None = None
+    while True:
+        rows = await fetch(cursor)
+        for row in rows:
+            yield row
+        if len(rows) < page:
+            return
+        last = rows[-1]
+        cursor = (last.checkpoint_id, last.checkpoint_ns, last.thread_id)

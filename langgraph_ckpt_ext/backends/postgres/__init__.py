@@ -59,15 +59,14 @@ class PostgresCheckpointer(StoreCheckpointer):
     ) -> None:
         if schema is not None and not _SCHEMA.match(schema):
             raise InvalidConfigError(f"invalid schema name {schema!r}: use letters, digits, '_'")
-        self._schema = schema
         if schema is not None:
             settings = dict(pool_options.pop("server_settings", None) or {})
             settings.setdefault("search_path", schema)
             pool_options["server_settings"] = settings
         if isinstance(conn, str):
-            store = PostgresStore(dsn=conn, pool_options=pool_options)
+            store = PostgresStore(dsn=conn, pool_options=pool_options, schema=schema)
         else:
-            store = PostgresStore(dsn=dsn, pool=conn, pool_options=pool_options)
+            store = PostgresStore(dsn=dsn, pool=conn, pool_options=pool_options, schema=schema)
             setup = False
         super().__init__(store, serde=serde, snapshot_every=snapshot_every)
         if setup:
@@ -86,13 +85,3 @@ class PostgresCheckpointer(StoreCheckpointer):
         finally:
             await saver.aclose()
 
-    def setup(self) -> int:
-        """Create or migrate the tables; returns the storage version. Idempotent."""
-        return self._sync(self.asetup())
-
-    async def asetup(self) -> int:
-        return await self._pg.migrate(self._schema)
-
-    @property
-    def _pg(self) -> PostgresStore:
-        return self._store  # type: ignore[return-value]

@@ -148,9 +148,9 @@ ORDER BY checkpoint_id, task_path, task_id, idx"""
 
 def select_checkpoints(
     *, thread: bool, ns: bool, checkpoint_id: bool, before: bool, after_cursor: bool
-) -> tuple[str, int]:
-    """A page of `list`: each flag adds one fixed condition. Returns the SQL and how many
-    parameters the conditions take (the page size comes last)."""
+) -> str:
+    """A page of `list`: each flag adds one fixed condition, numbered in order; the page size
+    is the last parameter."""
     where, n = [], 0
     for flag, condition in (
         (thread, "thread_id = ${}"),
@@ -165,11 +165,8 @@ def select_checkpoints(
         where.append(f"(checkpoint_id, checkpoint_ns, thread_id) < (${n + 1}, ${n + 2}, ${n + 3})")
         n += 3
     clause = f"WHERE {' AND '.join(where)}" if where else ""
-    return (
-        f"""SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints {clause}
-ORDER BY checkpoint_id DESC, checkpoint_ns DESC, thread_id DESC LIMIT ${n + 1}""",
-        n,
-    )
+    return f"""SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints {clause}
+ORDER BY checkpoint_id DESC, checkpoint_ns DESC, thread_id DESC LIMIT ${n + 1}"""
 
 
 SELECT_RUNS = """

@@ -11,7 +11,7 @@ import asyncpg
 
 from ...core.errors import CheckpointerError, InvalidConfigError, StorageVersionError
 from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
-from ...core.store import GcPlanner
+from ...core.store import Cursor, GcPlanner, keyset_pages
 from . import sql
 from .migrations import LATEST, MIGRATIONS
 
@@ -62,10 +62,12 @@ class PostgresStore:
         dsn: str | None = None,
         pool: asyncpg.Pool | None = None,
         pool_options: dict[str, Any] | None = None,
+        schema: str | None = None,
     ) -> None:
         if dsn is None and pool is None:
             raise InvalidConfigError("PostgresStore needs a DSN or a pool")
         self._dsn = dsn
+        self._schema = schema  # validated by the checkpointer; created by `migrate`
         # A pool per event loop: start each small, let it grow under load. Our operations leave
         # no session state (locks are transaction-scoped, settings come with the connection), so
         # a released connection needs no reset query: one round trip less per operation.
@@ -132,13 +134,13 @@ class PostgresStore:
 
     # -- set-up -------------------------------------------------------------------------------
 
-    async def migrate(self, schema: str | None = None) -> int:
+    async def migrate(self) -> int:
         """Create the schema (if named) and apply pending migrations under an advisory lock."""
 
         async def step(conn: asyncpg.Connection) -> tuple[int, bool]:
             await conn.execute(sql.LOCK_MIGRATIONS, sql.MIGRATION_LOCK)
-            if schema is not None:
-                await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            if self._schema is not None:
+                await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
             await conn.execute(sql.CREATE_MIGRATIONS)
             current = int(await conn.fetchval(sql.SELECT_STORAGE_VERSION))
             if current > LATEST:
@@ -282,28 +284,19 @@ class PostgresStore:
 
         return await self._run(op, tx=False)
 
-    async def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
-        base = [
-            v for v in (query.thread_id, query.checkpoint_ns, query.checkpoint_id, query.before)
-            if v is not None
-        ]
-        cursor: tuple[str, str, str] | None = None
-        while True:
-            statement, _ = sql.select_checkpoints(
+    def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
+        async def page(cursor: Cursor | None) -> list[CheckpointRow]:
+            statement = sql.select_checkpoints(
                 thread=query.thread_id is not None,
                 ns=query.checkpoint_ns is not None,
                 checkpoint_id=query.checkpoint_id is not None,
                 before=query.before is not None,
                 after_cursor=cursor is not None,
             )
-            page = [_checkpoint(r) for r in
-                    await self._fetch(statement, *base, *(cursor or ()), _PAGE)]
-            for row in page:
-                yield row
-            if len(page) < _PAGE:
-                return
-            last = page[-1]
-            cursor = (last.checkpoint_id, last.checkpoint_ns, last.thread_id)
+            rows = await self._fetch(statement, *query.params, *(cursor or ()), _PAGE)
+            return [_checkpoint(r) for r in rows]
+
+        return keyset_pages(page, _PAGE)
 
     async def read_ancestors(
         self, thread_id: str, ns: str, checkpoint_id: str, limit: int

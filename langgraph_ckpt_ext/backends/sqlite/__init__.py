@@ -120,14 +120,3 @@ class SQLiteCheckpointer(StoreCheckpointer):
             yield saver
         finally:
             await saver.aclose()
-
-    def setup(self) -> int:
-        """Create or migrate the tables; returns the storage version. Idempotent."""
-        return self._sync(self.asetup())
-
-    async def asetup(self) -> int:
-        return await self._sqlite.migrate()
-
-    @property
-    def _sqlite(self) -> SQLiteStore:
-        return self._store  # type: ignore[return-value]

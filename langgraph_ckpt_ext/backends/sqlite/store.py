@@ -11,7 +11,7 @@ import aiosqlite
 
 from ...core.errors import StorageVersionError
 from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
-from ...core.store import GcPlanner
+from ...core.store import Cursor, GcPlanner, keyset_pages
 from . import sql
 from .migrations import LATEST, MIGRATIONS
 from .worker import Db, GroupCommit
@@ -192,13 +192,8 @@ class SQLiteStore:
             rows = await self._fetchall(sql.SELECT_CHECKPOINT, (thread_id, ns, checkpoint_id))
         return _checkpoint(rows[0]) if rows else None
 
-    async def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
-        base: list[Any] = [
-            v for v in (query.thread_id, query.checkpoint_ns, query.checkpoint_id, query.before)
-            if v is not None
-        ]
-        cursor: tuple[str, str, str] | None = None
-        while True:
+    def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
+        async def page(cursor: Cursor | None) -> list[CheckpointRow]:
             statement = sql.select_checkpoints(
                 thread=query.thread_id is not None,
                 ns=query.checkpoint_ns is not None,
@@ -206,14 +201,10 @@ class SQLiteStore:
                 before=query.before is not None,
                 after_cursor=cursor is not None,
             )
-            page = [_checkpoint(r) for r in
-                    await self._fetchall(statement, [*base, *(cursor or ()), _PAGE])]
-            for row in page:
-                yield row
-            if len(page) < _PAGE:
-                return
-            last = page[-1]
-            cursor = (last.checkpoint_id, last.checkpoint_ns, last.thread_id)
+            params = [*query.params, *(cursor or ()), _PAGE]
+            return [_checkpoint(r) for r in await self._fetchall(statement, params)]
+
+        return keyset_pages(page, _PAGE)
 
     async def read_ancestors(
         self, thread_id: str, ns: str, checkpoint_id: str, limit: int
