@@ -31,6 +31,15 @@ class MissingDependencyError(CheckpointerError, ImportError):
     """An optional driver is not installed; the message says which `pip install` fixes it."""
 
 
+def check_storage_version(current: int, latest: int) -> None:
+    """Refuse storage written by a newer version of this package (the migration steps' twin)."""
+    if current > latest:
+        raise StorageVersionError(
+            f"this database has storage version {current}, newer than the {latest} this "
+            "langgraph-ckpt-ext knows: upgrade the package"
+        )
+
+
 def require(module: str, extra: str) -> object:
     """Import an optional driver, or raise `MissingDependencyError` naming the fix."""
     import importlib

@@ -203,27 +203,32 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         headers: dict[str, dict[str, Any]] = {}
         cached: dict[str, Any] = {}
 
+        to_read: dict[str, str] = {}
+
         def wanted(row: CheckpointRow) -> builtins.list[tuple[str, str]]:
             headers[row.checkpoint_id] = header = self._header(row)
             keys, hits = self._split_cached(thread_id, ns, header)
+            to_read.update(keys)
             cached.update(hits)
-            return keys
+            return builtins.list(keys.items())
 
         found = await self._store.read_tuple(thread_id, ns, checkpoint_id_of(config), wanted)
         if found is None:
             return None
         row, blobs, writes = found
-        return self._tuple(row, headers[row.checkpoint_id], blobs, cached, writes)
+        return self._tuple(row, headers[row.checkpoint_id], blobs, to_read, cached, writes)
 
     def _split_cached(
         self, thread_id: str, ns: str, header: Mapping[str, Any]
-    ) -> tuple[builtins.list[tuple[str, str]], dict[str, Any]]:
-        """Blob keys to read, and the values this process still holds (see AppendLog)."""
-        keys, hits = [], {}
+    ) -> tuple[dict[str, str], dict[str, Any]]:
+        """Versions to read (channel -> version key), and the values this process still holds
+        (see AppendLog)."""
+        keys: dict[str, str] = {}
+        hits: dict[str, Any] = {}
         for ch, v in codec.blob_keys(header["channel_versions"]).items():
             value = self._log.cached(thread_id, ns, ch, v)
             if value is None:
-                keys.append((ch, v))
+                keys[ch] = v
             else:
                 hits[ch] = value
         return keys, hits
@@ -233,20 +238,19 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         row: CheckpointRow,
         header: Mapping[str, Any],
         blobs: Mapping[tuple[str, str], Any],
+        to_read: Mapping[str, str],
         cached: Mapping[str, Any],
         writes: Sequence[Any],
+        metadata: CheckpointMetadata | None = None,
     ) -> CheckpointTuple:
         thread_id, ns, parent = row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id
-        keys = codec.blob_keys(header["channel_versions"])
-        values = codec.resolve_blobs(
-            self.serde, blobs, {ch: v for ch, v in keys.items() if ch not in cached}
-        )
+        values = codec.resolve_blobs(self.serde, blobs, to_read)
         values.update(cached)
         checkpoint = cast(Checkpoint, {**header, "id": row.checkpoint_id, "channel_values": values})
         return CheckpointTuple(
             config=make_config(thread_id, ns, row.checkpoint_id),
             checkpoint=checkpoint,
-            metadata=self._metadata(row),
+            metadata=self._metadata(row) if metadata is None else metadata,
             parent_config=make_config(thread_id, ns, parent) if parent else None,
             pending_writes=codec.decode_writes(self.serde, writes),
         )
@@ -271,21 +275,25 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         )
         left = limit
         page: builtins.list[CheckpointRow] = []
+        metadata: dict[int, CheckpointMetadata] = {}  # decoded for the filter: reused
         rows = self._store.iter_checkpoints(query)
         try:
             async for row in rows:
-                if flt and not matches(self._metadata(row), flt):
-                    continue
+                if flt:
+                    md = self._metadata(row)
+                    if not matches(md, flt):
+                        continue
+                    metadata[len(page)] = md
                 page.append(row)
                 if left is not None:
                     left -= 1
                 if len(page) >= _PAGE or left == 0:
-                    for tup in await self._load(page):
+                    for tup in await self._load(page, metadata):
                         yield tup
-                    page = []
+                    page, metadata = [], {}
                     if left == 0:
                         return
-            for tup in await self._load(page):
+            for tup in await self._load(page, metadata):
                 yield tup
         finally:
             await rows.aclose()  # type: ignore[attr-defined]
@@ -296,8 +304,13 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
     def _header(self, row: CheckpointRow) -> dict[str, Any]:
         return codec.decode_header(self.serde, row.checkpoint, f"checkpoint {row.checkpoint_id!r}")
 
-    async def _load(self, rows: Sequence[CheckpointRow]) -> builtins.list[CheckpointTuple]:
-        """Checkpoint tuples for rows, with one blob read and one write read per namespace."""
+    async def _load(
+        self,
+        rows: Sequence[CheckpointRow],
+        metadata: Mapping[int, CheckpointMetadata] | None = None,
+    ) -> builtins.list[CheckpointTuple]:
+        """Checkpoint tuples for rows, with one blob read and one write read per namespace
+        (`metadata`: what is already decoded, by index into `rows`)."""
         groups: dict[tuple[str, str], builtins.list[int]] = defaultdict(builtins.list)
         for i, row in enumerate(rows):
             groups[(row.thread_id, row.checkpoint_ns)].append(i)
@@ -305,13 +318,15 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         for (thread_id, ns), idxs in groups.items():
             headers = {i: self._header(rows[i]) for i in idxs}
             split = {i: self._split_cached(thread_id, ns, h) for i, h in headers.items()}
-            keys = {key for i in idxs for key in split[i][0]}
+            keys = {key for i in idxs for key in split[i][0].items()}
             blobs = await self._store.read_blobs(thread_id, ns, keys) if keys else {}
             ids = [rows[i].checkpoint_id for i in idxs]
             writes = await self._store.read_writes(thread_id, ns, ids)
             for i in idxs:
+                to_read, cached = split[i]
                 out[i] = self._tuple(
-                    rows[i], headers[i], blobs, split[i][1], writes.get(rows[i].checkpoint_id, [])
+                    rows[i], headers[i], blobs, to_read, cached,
+                    writes.get(rows[i].checkpoint_id, []), (metadata or {}).get(i),
                 )
         return out  # type: ignore[return-value]
 

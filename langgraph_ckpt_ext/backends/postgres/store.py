@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from ...core.errors import CheckpointerError, InvalidConfigError, StorageVersionError
+from ...core.errors import CheckpointerError, InvalidConfigError, check_storage_version
 from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
 from ...core.store import Cursor, GcPlanner, keyset_pages
 from . import sql
@@ -87,8 +87,8 @@ class PostgresStore:
         with self._guard:
             pool = self._pools.get(loop)
             if pool is None and self._dsn is None:
-                pool = self._pools.get(None) or next(iter(self._pools.values()))
-                if None not in self._pools:
+                pool = self._pools.get(None)  # a pool given outside any loop serves them all
+                if pool is None:
                     raise InvalidConfigError(
                         "this checkpointer was given an asyncpg pool of another event loop: "
                         "use its async methods on that loop, or pass dsn= so that it can open "
@@ -143,11 +143,7 @@ class PostgresStore:
                 await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._schema}"')
             await conn.execute(sql.CREATE_MIGRATIONS)
             current = int(await conn.fetchval(sql.SELECT_STORAGE_VERSION))
-            if current > LATEST:
-                raise StorageVersionError(
-                    f"this database has storage version {current}, newer than the {LATEST} "
-                    "this langgraph-ckpt-ext knows: upgrade the package"
-                )
+            check_storage_version(current, LATEST)
             if current == LATEST:
                 return current, True
             for statement in MIGRATIONS[current]:
@@ -182,7 +178,8 @@ class PostgresStore:
         # A delta's base is gone (pruned, or deleted by another process): write those values
         # whole, with the checkpoint row, in one transaction.
         missing = [b for b in deltas if b.channel not in landed]
-        whole = [BlobRow(b.channel, b.version, *b.full()) for b in missing if b.full is not None]
+        assert all(b.full is not None for b in missing)
+        whole = [BlobRow(b.channel, b.version, *b.full()) for b in missing]  # type: ignore[misc]
 
         async def op(conn: asyncpg.Connection) -> None:
             await conn.execute(

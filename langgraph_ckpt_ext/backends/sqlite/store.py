@@ -9,7 +9,7 @@ from typing import Any
 
 import aiosqlite
 
-from ...core.errors import StorageVersionError
+from ...core.errors import check_storage_version
 from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
 from ...core.store import Cursor, GcPlanner, keyset_pages
 from . import sql
@@ -36,11 +36,7 @@ def _migrate(conn: sqlite3.Connection) -> int:
         conn.execute("BEGIN IMMEDIATE")
         try:
             current = int(conn.execute(sql.SELECT_STORAGE_VERSION).fetchone()[0])
-            if current > LATEST:
-                raise StorageVersionError(
-                    f"this database has storage version {current}, newer than the {LATEST} "
-                    "this langgraph-ckpt-ext knows: upgrade the package"
-                )
+            check_storage_version(current, LATEST)
             if current < LATEST:
                 for statement in MIGRATIONS[current]:
                     conn.execute(statement)
