@@ -1,4 +1,4 @@
-"""LangGraph checkpointers: in-memory, SQLite, PostgreSQL and Redis.
+"""LangGraph checkpointers: in-memory, SQLite, PostgreSQL and Redis (plain or Cluster).
 
 Importing this package loads no database driver: each backend is imported when first named.
 
@@ -21,11 +21,13 @@ from .core.errors import (
     MissingDependencyError,
     SerializationError,
     StorageVersionError,
+    StoreUnavailableError,
 )
 
 if TYPE_CHECKING:
     from .backends.memory import InMemoryCheckpointer
     from .backends.postgres import PostgresCheckpointer
+    from .backends.redis import RedisCheckpointer
     from .backends.sqlite import SQLiteCheckpointer
     from .connect import connect
 
@@ -33,6 +35,7 @@ _LAZY = {
     "InMemoryCheckpointer": ".backends.memory",
     "SQLiteCheckpointer": ".backends.sqlite",
     "PostgresCheckpointer": ".backends.postgres",
+    "RedisCheckpointer": ".backends.redis",
     "connect": ".connect",
 }
 
@@ -44,9 +47,11 @@ __all__ = [
     "InvalidFilterError",
     "MissingDependencyError",
     "PostgresCheckpointer",
+    "RedisCheckpointer",
     "SQLiteCheckpointer",
     "SerializationError",
     "StorageVersionError",
+    "StoreUnavailableError",
     "connect",
 ]
 

@@ -13,7 +13,8 @@ def connect(url: str, **options: Any) -> StoreCheckpointer:
 
     `memory://` gives an `InMemoryCheckpointer`; `sqlite:///relative.db`,
     `sqlite:////absolute/path.db` and `sqlite://:memory:` a `SQLiteCheckpointer`;
-    `postgresql://...` a `PostgresCheckpointer`.
+    `postgresql://...` a `PostgresCheckpointer`; `redis://...` (or `rediss://`) a
+    `RedisCheckpointer`, standalone or Cluster.
     Keyword options go to the checkpointer's constructor.
 
     Example:
@@ -34,4 +35,11 @@ def connect(url: str, **options: Any) -> StoreCheckpointer:
         from .backends.postgres import PostgresCheckpointer
 
         return PostgresCheckpointer(url, **options)
-    raise ValueError(f"unsupported checkpointer URL {url!r}: use memory://, sqlite:///path.db, postgresql://...")
+    if scheme in ("redis", "rediss"):
+        from .backends.redis import RedisCheckpointer
+
+        return RedisCheckpointer(url, **options)
+    raise ValueError(
+        f"unsupported checkpointer URL {url!r}: use memory://, sqlite:///path.db, "
+        "postgresql://... or redis://..."
+    )

@@ -15,8 +15,30 @@ import pytest
 from langgraph_ckpt_ext import InMemoryCheckpointer, SQLiteCheckpointer
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 
-BACKENDS = ["memory", "sqlite", "sqlite-memory", "postgres"]
+BACKENDS = ["memory", "sqlite", "sqlite-memory", "postgres", "redis"]
 PG_DSN = os.environ.get("LGCKPT_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("LGCKPT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def redis_prefix() -> str:
+    """A key prefix of its own for one test, on the shared server."""
+    return f"lgxtest-{uuid.uuid4().hex[:12]}"
+
+
+def drop_redis_prefixes(*prefixes: str, url: str = REDIS_URL) -> int:
+    """Delete every key under these prefixes (tests only: SCAN is fine here); how many."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    n = 0
+    try:
+        for prefix in prefixes:
+            batch = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+            for i in range(0, len(batch), 500):
+                n += client.delete(*batch[i : i + 500])
+    finally:
+        client.close()
+    return n
 
 
 def pg_schema() -> str:
@@ -46,6 +68,13 @@ def make_saver(kind: str, tmp_path: Path, **options: Any) -> StoreCheckpointer:
         cp = PostgresCheckpointer(PG_DSN, schema=schema, **options)
         cp.test_schema = schema  # type: ignore[attr-defined]
         return cp
+    if kind == "redis":
+        from langgraph_ckpt_ext import RedisCheckpointer
+
+        prefix = options.pop("key_prefix", None) or redis_prefix()
+        cp = RedisCheckpointer(REDIS_URL, key_prefix=prefix, **options)
+        cp.test_prefix = prefix  # type: ignore[attr-defined]
+        return cp
     if kind == "memory":
         return InMemoryCheckpointer(**options)
     if kind == "sqlite":
@@ -65,8 +94,15 @@ def saver(backend: str, tmp_path: Path) -> Iterator[StoreCheckpointer]:
     cp = make_saver(backend, tmp_path)
     yield cp
     cp.close()
+    cleanup(backend, cp)
+
+
+def cleanup(backend: str, cp: StoreCheckpointer) -> None:
+    """Drop what a test's saver stored on a shared server."""
     if backend == "postgres":
         drop_pg_schemas(cp.test_schema)  # type: ignore[attr-defined]
+    elif backend == "redis":
+        drop_redis_prefixes(cp.test_prefix)  # type: ignore[attr-defined]
 
 
 class LoopThread:

@@ -14,6 +14,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph_ckpt_ext import InvalidConfigError, InvalidFilterError, SerializationError
 from langgraph_ckpt_ext.core.rows import BlobRow
 
+from .conftest import REDIS_URL
 from .graphs import chat_graph, human
 
 
@@ -114,6 +115,15 @@ def test_blob_naming_class_outside_allowlist_is_refused(
     store_write = getattr(store, "blobs", None)
     if store_write is not None:  # in-memory
         store.blobs[("evil", "")][("messages", row.version)] = row
+    elif hasattr(store, "prefix"):  # Redis: overwrite the blob's hash field
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL)
+        try:
+            field = "\0".join(("", "messages", row.version))
+            client.hset(store.keys("evil")[3], field, b"\0" + row.type.encode() + b"\0" + row.data)
+        finally:
+            client.close()
     elif hasattr(store, "_run"):  # PostgreSQL
         saver._sync(store._run(lambda conn: conn.execute(
             "UPDATE lgx_blobs SET type = $1, data = $2, base_version = NULL "

@@ -7,20 +7,38 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import redis.asyncio as aredis
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import Capability
 
-from langgraph_ckpt_ext import InMemoryCheckpointer, PostgresCheckpointer, SQLiteCheckpointer
+from langgraph_ckpt_ext import (
+    InMemoryCheckpointer,
+    PostgresCheckpointer,
+    RedisCheckpointer,
+    SQLiteCheckpointer,
+)
 
-from .conftest import PG_DSN, drop_pg_schemas, pg_schema
+from .conftest import (
+    PG_DSN,
+    REDIS_URL,
+    drop_pg_schemas,
+    drop_redis_prefixes,
+    pg_schema,
+    redis_prefix,
+)
 
 
 @pytest.mark.parametrize(
-    "kind", ["memory", "sqlite", "sqlite-memory", "sqlite-sync-ctor", "postgres", "postgres-no-cache"]
+    "kind",
+    [
+        "memory", "sqlite", "sqlite-memory", "sqlite-sync-ctor", "postgres", "postgres-no-cache",
+        "redis", "redis-client", "redis-ttl",
+    ],
 )
 async def test_conformance_all_capabilities(kind: str, tmp_path: Path) -> None:
     counter = iter(range(100))
     schemas: list[str] = []
+    prefixes: list[str] = []
 
     @checkpointer_test(name=f"langgraph-ckpt-ext-{kind}")
     async def factory() -> AsyncIterator[object]:
@@ -39,6 +57,21 @@ async def test_conformance_all_capabilities(kind: str, tmp_path: Path) -> None:
             options = {"statement_cache_size": 0} if kind == "postgres-no-cache" else {}
             async with PostgresCheckpointer.from_conn_string(PG_DSN, schema=schema, **options) as cp:
                 yield cp
+        elif kind in ("redis", "redis-ttl"):
+            prefixes.append(redis_prefix())
+            ttl = 600 if kind == "redis-ttl" else None
+            async with RedisCheckpointer.from_conn_string(
+                REDIS_URL, key_prefix=prefixes[-1], ttl=ttl
+            ) as cp:
+                yield cp
+        elif kind == "redis-client":  # a client the caller owns
+            prefixes.append(redis_prefix())
+            client = aredis.Redis.from_url(REDIS_URL)
+            cp = RedisCheckpointer(client, key_prefix=prefixes[-1])
+            await cp.asetup()
+            yield cp
+            await cp.aclose()
+            await client.aclose()
         else:  # the plain constructor, then used from this test's event loop
             cp = SQLiteCheckpointer(tmp_path / f"conf-{next(counter)}.db")
             yield cp
@@ -49,6 +82,8 @@ async def test_conformance_all_capabilities(kind: str, tmp_path: Path) -> None:
     finally:
         if schemas:
             await asyncio.to_thread(drop_pg_schemas, *schemas)
+        if prefixes:
+            await asyncio.to_thread(drop_redis_prefixes, *prefixes)
     counts = {
         cap: (res.tests_passed, res.tests_failed) for cap, res in report.results.items()
     }

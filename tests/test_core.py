@@ -27,6 +27,7 @@ from langgraph_ckpt_ext.core.errors import StorageVersionError
 from langgraph_ckpt_ext.core.filters import matches, validate_filter
 from langgraph_ckpt_ext.core.versions import next_version, version_key
 
+from .conftest import REDIS_URL
 from .graphs import chat_graph, human
 
 # -- append-deltas ------------------------------------------------------------------------
@@ -81,6 +82,20 @@ def _blob_rows(saver: Any, thread: str) -> list[Any]:
     store = saver._store
     if hasattr(store, "blobs"):
         return [b for (tid, _), rows in store.blobs.items() if tid == thread for b in rows.values()]
+    if hasattr(store, "prefix"):  # Redis: the thread's blob hash
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL)
+        try:
+            raw = client.hgetall(store.keys(thread)[3])
+        finally:
+            client.close()
+        out = []
+        for field, value in raw.items():
+            _, channel, version = field.decode().split("\0")
+            base, type_, data = value.split(b"\0", 2)
+            out.append(BlobRow(channel, version, type_.decode(), data, base.decode() or None))
+        return out
     query = "SELECT channel, version, type, data, base_version FROM lgx_blobs WHERE thread_id = "
     if hasattr(store, "_fetchall"):
         rows = saver._sync(store._fetchall(query + "?", (thread,)))
@@ -209,7 +224,10 @@ def test_newer_storage_version_is_refused(tmp_path: Path) -> None:
 
 
 def test_import_loads_no_driver_and_connect_urls(tmp_path: Path) -> None:
-    code = "import sys, langgraph_ckpt_ext; assert 'aiosqlite' not in sys.modules, 'loaded'"
+    code = (
+        "import sys, langgraph_ckpt_ext; "
+        "assert not {'aiosqlite', 'asyncpg', 'redis'} & set(sys.modules), 'loaded'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
     assert isinstance(connect("memory://"), InMemoryCheckpointer)
     with connect(f"sqlite:///{tmp_path / 'u.db'}") as cp:
@@ -226,6 +244,16 @@ def test_import_loads_no_driver_and_connect_urls(tmp_path: Path) -> None:
             assert isinstance(cp, PostgresCheckpointer) and cp.setup() >= 1
     finally:
         drop_pg_schemas(schema)
+    from langgraph_ckpt_ext import RedisCheckpointer
+
+    from .conftest import drop_redis_prefixes, redis_prefix
+
+    prefix = redis_prefix()
+    try:
+        with connect(REDIS_URL, key_prefix=prefix, ttl=60) as cp:
+            assert isinstance(cp, RedisCheckpointer) and cp.setup() == 1 and cp.ttl == 60
+    finally:
+        drop_redis_prefixes(prefix)
 
 
 # -- LangGraph's DeltaChannel ---------------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from langgraph.types import Command
 
-from .conftest import LoopThread, drop_pg_schemas, in_running_loop, make_saver
+from .conftest import LoopThread, cleanup, in_running_loop, make_saver
 from .graphs import (
     approval_graph,
     chat_graph,
@@ -248,5 +248,4 @@ def test_long_thread_300_turns(backend: str, tmp_path: Path, mode: str, loop_thr
             scenario(api)
     finally:
         saver.close()
-        if backend == "postgres":
-            drop_pg_schemas(saver.test_schema)  # type: ignore[attr-defined]
+        cleanup(backend, saver)

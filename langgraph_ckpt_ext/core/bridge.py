@@ -57,6 +57,11 @@ class Bridge:
                 self._loop, self._thread = loop, thread
             return self._loop
 
+    @property
+    def current_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The private loop if it is running (without starting it)."""
+        return self._loop
+
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on the private loop and wait for its result in the calling thread."""
         loop = self.loop

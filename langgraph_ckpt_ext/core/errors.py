@@ -27,6 +27,10 @@ class StorageVersionError(CheckpointerError):
     """The store was written by a newer version of this package than the one running."""
 
 
+class StoreUnavailableError(CheckpointerError, ConnectionError):
+    """The database server could not be reached after retrying; nothing was half-written."""
+
+
 class MissingDependencyError(CheckpointerError, ImportError):
     """An optional driver is not installed; the message says which `pip install` fixes it."""
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 Typed = tuple[str, bytes]
@@ -20,6 +20,9 @@ class CheckpointRow:
     run_id: str | None
     checkpoint: Typed
     metadata: Typed
+    # channel -> version key of the values this checkpoint reads; set on rows being written,
+    # for a store that resolves blobs server-side (Redis). None on rows read back.
+    versions: Mapping[str, str] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -164,6 +164,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
             None if run_id is None else str(run_id),
             header,
             md_typed,
+            codec.blob_keys(checkpoint["channel_versions"]),
         )
         fell_back = await self._store.write_checkpoint(row, blobs)
         for channel, plan in plans.items():

@@ -9,14 +9,14 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ...core.errors import InvalidConfigError, require
+from ...core.errors import InvalidConfigError, StoreUnavailableError, require
 from ...core.saver import StoreCheckpointer
 
 require("asyncpg", "postgres")
 
 import asyncpg  # noqa: E402
 
-from .store import PostgresStore, StoreUnavailableError  # noqa: E402
+from .store import PostgresStore  # noqa: E402
 
 __all__ = ["PostgresCheckpointer", "StoreUnavailableError"]
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
 
-from ...core.errors import CheckpointerError, InvalidConfigError, check_storage_version
+from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
+from ...core.perloop import PerLoop
 from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
 from ...core.store import Cursor, GcPlanner, keyset_pages
 from . import sql
@@ -34,10 +34,6 @@ _CONNECTION_LOST = (
 
 class _Lost(Exception):
     """An error raised by a connection that the server closed under it."""
-
-
-class StoreUnavailableError(CheckpointerError, ConnectionError):
-    """The database could not be reached after retrying; nothing was half-written."""
 
 
 async def _keep(conn: asyncpg.Connection) -> None:
@@ -72,37 +68,30 @@ class PostgresStore:
         # no session state (locks are transaction-scoped, settings come with the connection), so
         # a released connection needs no reset query: one round trip less per operation.
         self._options = {"min_size": 1, "max_size": 10, "reset": _keep, **(pool_options or {})}
-        self._pools: dict[asyncio.AbstractEventLoop | None, asyncpg.Pool] = {}
-        self._owned: list[tuple[asyncio.AbstractEventLoop, asyncpg.Pool]] = []
-        self._guard = threading.Lock()
+        self._pools: PerLoop[asyncpg.Pool] = PerLoop(
+            lambda: asyncpg.create_pool(self._dsn, **self._options),
+            lambda pool: pool.close(),
+            lambda pool: pool.terminate(),
+        )
         if pool is not None:
             try:
                 loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
             except RuntimeError:
                 loop = None
-            self._pools[loop] = pool
+            self._pools.give(loop, pool)
 
     async def _pool(self) -> asyncpg.Pool:
+        if self._dsn is not None:
+            return await self._pools.open()
         loop = asyncio.get_running_loop()
-        with self._guard:
-            pool = self._pools.get(loop)
-            if pool is None and self._dsn is None:
-                pool = self._pools.get(None)  # a pool given outside any loop serves them all
-                if pool is None:
-                    raise InvalidConfigError(
-                        "this checkpointer was given an asyncpg pool of another event loop: "
-                        "use its async methods on that loop, or pass dsn= so that it can open "
-                        "a pool for this one (sync calls run on a loop of their own)"
-                    )
-        if pool is not None:
-            return pool
-        created = await asyncpg.create_pool(self._dsn, **self._options)
-        with self._guard:
-            pool = self._pools.setdefault(loop, created)
-            if pool is created:
-                self._owned.append((loop, created))
-        if pool is not created:
-            await created.close()
+        # Without a DSN, only the given pool: a pool given outside any loop serves them all.
+        pool = self._pools.lookup(loop) or self._pools.lookup(None)
+        if pool is None:
+            raise InvalidConfigError(
+                "this checkpointer was given an asyncpg pool of another event loop: "
+                "use its async methods on that loop, or pass dsn= so that it can open "
+                "a pool for this one (sync calls run on a loop of their own)"
+            )
         return pool
 
     async def _run(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, tx: bool) -> T:
@@ -323,25 +312,7 @@ class PostgresStore:
 
     async def close(self) -> None:
         """Close the pools this store opened (a pool passed in stays the caller's)."""
-        with self._guard:
-            owned, self._owned = self._owned, []
-            for _, pool in owned:
-                self._pools = {k: v for k, v in self._pools.items() if v is not pool}
-        current = asyncio.get_running_loop()
-        for loop, pool in owned:
-            if loop is current:
-                await pool.close()
-            elif loop.is_running():
-                # That loop's thread may be the one waiting for this close (a sync close()
-                # from a notebook cell): give it a moment, then cut the connections.
-                fut = asyncio.run_coroutine_threadsafe(pool.close(), loop)
-                try:
-                    await asyncio.wait_for(asyncio.wrap_future(fut), 5)
-                except asyncio.TimeoutError:
-                    fut.cancel()
-                    pool.terminate()
-            else:
-                pool.terminate()
+        await self._pools.close()
 
 
 async def _blobs(

@@ -1,0 +1,57 @@
+"""The key layout: every key of one thread carries the same hash tag, so a thread lives in one
+hash slot (one node of a Redis Cluster) and each of its operations is one atomic script.
+
+    <prefix>:{<thread>}:ix    zset  ns\\0checkpoint_id          per-namespace order, newest last
+    <prefix>:{<thread>}:ord   zset  checkpoint_id\\0ns          the thread's order across namespaces
+    <prefix>:{<thread>}:cp    hash  ns\\0checkpoint_id -> checkpoint row
+    <prefix>:{<thread>}:bl    hash  ns\\0channel\\0version -> blob (a value, or an append-delta)
+    <prefix>:{<thread>}:wr    hash  ns\\0checkpoint_id\\0task_id\\0idx -> pending write
+    <prefix>:{<thread>}:wx    zset  the fields of wr, so that one checkpoint's writes are a range
+    <prefix>:{<thread>}:rn    zset  run_id\\0ns\\0checkpoint_id
+    <prefix>:{<thread>}:meta  hash  gen (a write counter), pinned
+    <prefix>:threads          zset  thread_id, scored by a deadline hint (ms; +inf: no TTL)
+    <prefix>:runs             zset  run_id\\0thread_id (all scored 0: read by lexical range)
+    <prefix>:layout           the layout's version
+
+`<thread>` is the thread id with every byte outside [A-Za-z0-9_.-] percent-encoded, so no
+thread id can close the hash tag early, reach another thread's keys, or be empty.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...core.errors import InvalidConfigError
+
+LAYOUT_VERSION = 1
+THREAD_KEYS = ("ix", "ord", "cp", "bl", "wr", "wx", "rn", "meta")
+
+_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def check_prefix(prefix: str) -> str:
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        raise InvalidConfigError(
+            f"invalid key_prefix {prefix!r}: use 1-64 letters, digits, '_', '.', ':' or '-'"
+        )
+    return prefix
+
+
+def tag(thread_id: str) -> str:
+    """The hash-tag body for a thread id (injective, never empty, never holding braces)."""
+    raw = thread_id.encode("utf-8", "surrogatepass")
+    return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in raw) or "%"
+
+
+def thread_keys(prefix: str, thread_id: str) -> list[str]:
+    t = tag(thread_id)
+    return [f"{prefix}:{{{t}}}:{suffix}" for suffix in THREAD_KEYS]
+
+
+def check_parts(*parts: str) -> None:
+    """Namespaces, checkpoint ids, task ids, channels and versions are joined with NUL in
+    members and fields: refuse a NUL inside one (PostgreSQL refuses it in text too)."""
+    for part in parts:
+        if "\0" in part:
+            raise InvalidConfigError(f"{part!r} contains a NUL character, which cannot be stored")

@@ -1,0 +1,308 @@
+"""The Lua scripts of `RedisStore`: every write, and every read that must follow links (latest
+checkpoint, append-delta bases, parent chain), runs server-side in one call.
+
+Every script gets the thread's keys, in `layout.THREAD_KEYS` order, and touches no other key:
+one thread lives in one hash slot, so the scripts run unchanged on Redis Cluster.
+
+Members and fields join their parts with NUL (`ns \\0 checkpoint_id`, ...); the store refuses
+NUL inside those parts, so a range `[ns\\0, ns\\1)` holds exactly one namespace's members.
+
+Value layouts (bytes):
+  checkpoint row  parent \\0 run_id \\0 L \\0 <L bytes: ch \\0 ver \\0 ...> msgpack[types, data]
+  blob            base_version \\0 type \\0 data        (base_version empty: a full value)
+  write           msgpack[channel, type, data, task_path]
+"""
+
+from __future__ import annotations
+
+# KEYS: 1 ix (zset "ns\0cid"), 2 ord (zset "cid\0ns"), 3 cp (hash "ns\0cid" -> row),
+# 4 bl (hash "ns\0ch\0ver" -> blob), 5 wr (hash "ns\0cid\0task\0idx" -> write),
+# 6 wx (zset of wr fields), 7 rn (zset "run\0ns\0cid"), 8 meta (hash: pinned, gen).
+_PRELUDE = r"""
+local function expire_all(ttl)
+  if redis.call('HGET', KEYS[8], 'pinned') or ttl == '' then
+    for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
+  else
+    -- One absolute deadline for every key: the thread expires whole, never in part.
+    local t = redis.call('TIME')
+    local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ttl)
+    for i = 1, #KEYS do redis.call('PEXPIREAT', KEYS[i], at) end
+  end
+end
+
+local function split_row(row)
+  local p1 = string.find(row, '\0', 1, true)
+  local p2 = string.find(row, '\0', p1 + 1, true)
+  local p3 = string.find(row, '\0', p2 + 1, true)
+  local n = tonumber(string.sub(row, p2 + 1, p3 - 1))
+  return string.sub(row, 1, p1 - 1), string.sub(row, p1 + 1, p2 - 1), string.sub(row, p3 + 1, p3 + n)
+end
+
+local function latest(ns)
+  local m = redis.call('ZREVRANGEBYLEX', KEYS[1], '(' .. ns .. '\1', '[' .. ns .. '\0', 'LIMIT', 0, 1)
+  if #m == 0 then return nil end
+  return string.sub(m[1], #ns + 2)
+end
+
+-- Blobs for a flat list {ch, ver, ch, ver, ...} and every append-delta base they need:
+-- a flat list {ch, ver, value, ...}.
+local function blobs(ns, list)
+  local out, seen, i = {}, {}, 1
+  while i < #list do
+    local ch, ver = list[i], list[i + 1]
+    i = i + 2
+    local f = ns .. '\0' .. ch .. '\0' .. ver
+    if not seen[f] then
+      seen[f] = true
+      local v = redis.call('HGET', KEYS[4], f)
+      if v then
+        out[#out + 1] = ch; out[#out + 1] = ver; out[#out + 1] = v
+        local p = string.find(v, '\0', 1, true)
+        if p > 1 then list[#list + 1] = ch; list[#list + 1] = string.sub(v, 1, p - 1) end
+      end
+    end
+  end
+  return out
+end
+
+local function writes(ns, cid)
+  local head = ns .. '\0' .. cid
+  local fs = redis.call('ZRANGEBYLEX', KEYS[6], '[' .. head .. '\0', '(' .. head .. '\1')
+  local out = {}
+  for _, f in ipairs(fs) do
+    local v = redis.call('HGET', KEYS[5], f)
+    if v then out[#out + 1] = f; out[#out + 1] = v end
+  end
+  return out
+end
+
+local function drop_writes(ns, cid)
+  local lo, hi = '[' .. ns .. '\0' .. cid .. '\0', '(' .. ns .. '\0' .. cid .. '\1'
+  local fs = redis.call('ZRANGEBYLEX', KEYS[6], lo, hi)
+  for _, f in ipairs(fs) do redis.call('HDEL', KEYS[5], f) end
+  redis.call('ZREMRANGEBYLEX', KEYS[6], lo, hi)
+end
+
+local function index_row(ns, cid, row)
+  redis.call('ZADD', KEYS[1], 0, ns .. '\0' .. cid)
+  redis.call('ZADD', KEYS[2], 0, cid .. '\0' .. ns)
+  local _, run = split_row(row)
+  if run ~= '' then redis.call('ZADD', KEYS[7], 0, run .. '\0' .. ns .. '\0' .. cid) end
+end
+"""
+
+# ARGV: ttl_ms|'', ns, cid, row, then (channel, version, base|'', value) per blob.
+# Returns the channels whose append-delta base is gone (nothing written then), or {}.
+PUT = _PRELUDE + r"""
+local ttl, ns, cid, row = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local missing = {}
+for i = 5, #ARGV, 4 do
+  local base = ARGV[i + 2]
+  if base ~= '' and redis.call('HEXISTS', KEYS[4], ns .. '\0' .. ARGV[i] .. '\0' .. base) == 0 then
+    missing[#missing + 1] = ARGV[i]
+  end
+end
+if #missing > 0 then return missing end
+for i = 5, #ARGV, 4 do
+  redis.call('HSET', KEYS[4], ns .. '\0' .. ARGV[i] .. '\0' .. ARGV[i + 1], ARGV[i + 3])
+end
+redis.call('HSET', KEYS[3], ns .. '\0' .. cid, row)
+index_row(ns, cid, row)
+redis.call('HINCRBY', KEYS[8], 'gen', 1)
+expire_all(ttl)
+return {}
+"""
+
+# ARGV: ttl_ms|'', then (field, value, replace '1'|'0') per write.
+PUT_WRITES = _PRELUDE + r"""
+for i = 2, #ARGV, 3 do
+  if ARGV[i + 2] == '1' then
+    redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
+  else
+    redis.call('HSETNX', KEYS[5], ARGV[i], ARGV[i + 1])
+  end
+  redis.call('ZADD', KEYS[6], 0, ARGV[i])
+end
+redis.call('HINCRBY', KEYS[8], 'gen', 1)
+expire_all(ARGV[1])
+return 1
+"""
+
+# ARGV: ns, cid|''. Returns false, or {cid, row, {ch, ver, blob, ...}, {field, write, ...}}.
+GET_TUPLE = _PRELUDE + r"""
+local ns, cid = ARGV[1], ARGV[2]
+if cid == '' then
+  cid = latest(ns)
+  if not cid then return false end
+end
+local row = redis.call('HGET', KEYS[3], ns .. '\0' .. cid)
+if not row then return false end
+local _, _, names = split_row(row)
+local list = {}
+for item in string.gmatch(names, '([^%z]*)%z') do list[#list + 1] = item end
+return {cid, row, blobs(ns, list), writes(ns, cid)}
+"""
+
+# ARGV: ns, cid|''. Returns false or {cid, row}.
+GET_ROW = _PRELUDE + r"""
+local ns, cid = ARGV[1], ARGV[2]
+if cid == '' then
+  cid = latest(ns)
+  if not cid then return false end
+end
+local row = redis.call('HGET', KEYS[3], ns .. '\0' .. cid)
+if not row then return false end
+return {cid, row}
+"""
+
+# ARGV: ns, then (channel, version) pairs.
+GET_BLOBS = _PRELUDE + r"""
+local list = {}
+for i = 2, #ARGV do list[#list + 1] = ARGV[i] end
+return blobs(ARGV[1], list)
+"""
+
+# ARGV: ns, then checkpoint ids. Returns {field, write, ...} over all of them.
+GET_WRITES = _PRELUDE + r"""
+local out = {}
+for i = 2, #ARGV do
+  for _, x in ipairs(writes(ARGV[1], ARGV[i])) do out[#out + 1] = x end
+end
+return out
+"""
+
+# ARGV: ns, cid, limit. The parent chain from cid: {cid, row, cid, row, ...}.
+GET_ANCESTORS = _PRELUDE + r"""
+local ns, cid, left = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local out = {}
+while cid ~= '' and left > 0 do
+  local row = redis.call('HGET', KEYS[3], ns .. '\0' .. cid)
+  if not row then break end
+  out[#out + 1] = cid; out[#out + 1] = row
+  left = left - 1
+  cid = split_row(row)
+end
+return out
+"""
+
+# ARGV: index ('ix' | 'ord'), max, min, limit: a page of an index, newest first, with rows:
+# {ns\0cid, row, ...}.
+PAGE = _PRELUDE + r"""
+local by_ns = ARGV[1] == 'ix'
+local index = by_ns and KEYS[1] or KEYS[2]
+local ms = redis.call('ZREVRANGEBYLEX', index, ARGV[2], ARGV[3], 'LIMIT', 0, tonumber(ARGV[4]))
+local out = {}
+for _, m in ipairs(ms) do
+  local f = m
+  if not by_ns then
+    local p = string.find(m, '\0', 1, true)
+    f = string.sub(m, p + 1) .. '\0' .. string.sub(m, 1, p - 1)
+  end
+  local row = redis.call('HGET', KEYS[3], f)
+  if row then out[#out + 1] = f; out[#out + 1] = row end
+end
+return out
+"""
+
+# ARGV: run ids. Returns {ns\0cid, ...} of this thread's checkpoints of those runs.
+FIND_RUNS = _PRELUDE + r"""
+local out = {}
+for i = 1, #ARGV do
+  local ms = redis.call('ZRANGEBYLEX', KEYS[7], '[' .. ARGV[i] .. '\0', '(' .. ARGV[i] .. '\1')
+  for _, m in ipairs(ms) do out[#out + 1] = string.sub(m, #ARGV[i] + 2) end
+end
+return out
+"""
+
+# Everything prune/delete_for_runs needs to plan: {gen, {ns\0cid, row, ...}, {field, base, ...}}.
+SNAPSHOT = _PRELUDE + r"""
+local refs = {}
+local all = redis.call('HGETALL', KEYS[4])
+for i = 1, #all, 2 do
+  local v = all[i + 1]
+  refs[#refs + 1] = all[i]
+  refs[#refs + 1] = string.sub(v, 1, string.find(v, '\0', 1, true) - 1)
+end
+return {redis.call('HGET', KEYS[8], 'gen') or '0', redis.call('HGETALL', KEYS[3]), refs}
+"""
+
+# ARGV: gen, n, n x (ns, cid) victims, then dead blob fields. Applies only if the thread is
+# still at `gen` (nothing written since the plan); returns 1, or 0 to re-plan.
+DELETE_CHECKPOINTS = _PRELUDE + r"""
+if (redis.call('HGET', KEYS[8], 'gen') or '0') ~= ARGV[1] then return 0 end
+local n = tonumber(ARGV[2])
+for i = 3, 2 + 2 * n, 2 do
+  local ns, cid = ARGV[i], ARGV[i + 1]
+  local f = ns .. '\0' .. cid
+  local row = redis.call('HGET', KEYS[3], f)
+  if row then
+    local _, run = split_row(row)
+    if run ~= '' then redis.call('ZREM', KEYS[7], run .. '\0' .. f) end
+    redis.call('HDEL', KEYS[3], f)
+  end
+  redis.call('ZREM', KEYS[1], f)
+  redis.call('ZREM', KEYS[2], cid .. '\0' .. ns)
+  drop_writes(ns, cid)
+end
+for i = 3 + 2 * n, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i]) end
+redis.call('HINCRBY', KEYS[8], 'gen', 1)
+return 1
+"""
+
+# The raw contents to copy: {{ns\0cid, row, ...}, {field, blob, ...}, {field, write, ...}}.
+DUMP = _PRELUDE + r"""
+return {redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4]), redis.call('HGETALL', KEYS[5])}
+"""
+
+# ARGV: ttl, n_rows, n_blobs, then rows (field, value), blobs (field, value), writes
+# (field, value). Rows and writes already there are kept, as put_writes keeps them.
+LOAD = _PRELUDE + r"""
+local n_rows, n_blobs = tonumber(ARGV[2]), tonumber(ARGV[3])
+local i = 4
+for _ = 1, n_rows do
+  local f, row = ARGV[i], ARGV[i + 1]
+  if redis.call('HSETNX', KEYS[3], f, row) == 1 then
+    local p = string.find(f, '\0', 1, true)
+    index_row(string.sub(f, 1, p - 1), string.sub(f, p + 1), row)
+  end
+  i = i + 2
+end
+for _ = 1, n_blobs do redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1]); i = i + 2 end
+while i < #ARGV do
+  redis.call('HSETNX', KEYS[5], ARGV[i], ARGV[i + 1])
+  redis.call('ZADD', KEYS[6], 0, ARGV[i])
+  i = i + 2
+end
+redis.call('HINCRBY', KEYS[8], 'gen', 1)
+expire_all(ARGV[1])
+return 1
+"""
+
+DELETE_THREAD = r"""
+return redis.call('DEL', unpack(KEYS))
+"""
+
+# ARGV: '1' to pin | '' to unpin, ttl.
+PIN = _PRELUDE + r"""
+if ARGV[1] == '1' then
+  redis.call('HSET', KEYS[8], 'pinned', '1')
+else
+  redis.call('HDEL', KEYS[8], 'pinned')
+end
+expire_all(ARGV[2])
+return 1
+"""
+
+# ARGV: ttl. Refreshes the TTL of a thread that exists.
+TOUCH = _PRELUDE + r"""
+if redis.call('EXISTS', KEYS[1]) == 1 then expire_all(ARGV[1]) end
+return 1
+"""
+
+# The thread's deadline in ms (-1: none, -2: gone), for the thread index.
+DEADLINE = r"""
+local t = redis.call('PTTL', KEYS[1])
+if t < 0 then return t end
+local now = redis.call('TIME')
+return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + t
+"""

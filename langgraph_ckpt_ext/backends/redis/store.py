@@ -1,0 +1,566 @@
+"""`RedisStore`: the rows of `StoreCheckpointer` in plain Redis (no modules), standalone or
+Cluster, through redis.asyncio. See `layout.py` for the keys and `scripts.py` for the scripts."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from typing import Any
+
+import ormsgpack
+import redis.asyncio as aredis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ...core.codec import writes_order
+from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
+from ...core.perloop import PerLoop
+from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
+from ...core.store import Cursor, GcPlanner, keyset_pages
+from . import scripts
+from .layout import LAYOUT_VERSION, check_parts, thread_keys
+
+Client = Any  # redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
+
+_PAGE = 64
+_ATTEMPTS = 3
+_REPLANS = 8  # prune/delete_for_runs re-plan when the thread changed under them
+_SWEEP_EVERY = 512  # writes between two steps of the thread-index sweep
+_SEEN = 65536  # threads and runs this process remembers having indexed
+_LOST = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
+
+
+class _Script:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+
+
+_S = {name: _Script(getattr(scripts, name)) for name in (
+    "PUT", "PUT_WRITES", "GET_TUPLE", "GET_ROW", "GET_BLOBS", "GET_WRITES", "GET_ANCESTORS",
+    "PAGE", "FIND_RUNS", "SNAPSHOT", "DELETE_CHECKPOINTS", "DUMP", "LOAD", "DELETE_THREAD",
+    "PIN", "TOUCH", "DEADLINE",
+)}
+
+
+def _s(b: bytes) -> str:
+    return b.decode("utf-8", "surrogatepass")
+
+
+def _b(s: str) -> bytes:
+    return s.encode("utf-8", "surrogatepass")
+
+
+def _pack_row(row: CheckpointRow) -> bytes:
+    names = b"".join(_b(ch) + b"\0" + _b(v) + b"\0" for ch, v in (row.versions or {}).items())
+    rest = ormsgpack.packb([row.checkpoint[0], row.checkpoint[1], row.metadata[0], row.metadata[1]])
+    head = b"\0".join((_b(row.parent_checkpoint_id or ""), _b(row.run_id or ""), b"%d" % len(names)))
+    return head + b"\0" + names + rest
+
+
+def _row(thread_id: str, ns: str, cid: str, value: bytes) -> CheckpointRow:
+    parent, run, n, rest = value.split(b"\0", 3)
+    ctype, cdata, mtype, mdata = ormsgpack.unpackb(rest[int(n):])
+    return CheckpointRow(
+        thread_id, ns, cid, _s(parent) or None, _s(run) or None, (ctype, cdata), (mtype, mdata)
+    )
+
+
+def _field_row(thread_id: str, field: bytes, value: bytes) -> CheckpointRow:
+    ns, cid = field.split(b"\0", 1)
+    return _row(thread_id, _s(ns), _s(cid), value)
+
+
+def _blobs(flat: Sequence[bytes]) -> dict[tuple[str, str], BlobRow]:
+    out: dict[tuple[str, str], BlobRow] = {}
+    for i in range(0, len(flat), 3):
+        ch, ver = _s(flat[i]), _s(flat[i + 1])
+        base, type_, data = flat[i + 2].split(b"\0", 2)
+        out[(ch, ver)] = BlobRow(ch, ver, _s(type_), data, _s(base) or None)
+    return out
+
+
+def _blob_value(blob: BlobRow) -> bytes:
+    return _b(blob.base_version or "") + b"\0" + _b(blob.type) + b"\0" + blob.data
+
+
+def _write_field(w: WriteRow) -> bytes:
+    return b"\0".join((_b(w.checkpoint_ns), _b(w.checkpoint_id), _b(w.task_id), b"%d" % w.idx))
+
+
+def _writes(thread_id: str, flat: Sequence[bytes]) -> dict[str, list[WriteRow]]:
+    out: dict[str, list[WriteRow]] = {}
+    for i in range(0, len(flat), 2):
+        ns, cid, task, idx = flat[i].split(b"\0")
+        channel, type_, data, path = ormsgpack.unpackb(flat[i + 1])
+        row = WriteRow(thread_id, _s(ns), _s(cid), _s(task), int(idx), channel, type_, data, path)
+        out.setdefault(row.checkpoint_id, []).append(row)
+    for rows in out.values():
+        rows.sort(key=writes_order)
+    return out
+
+
+def _bound(value: bytes | None, inclusive: bool) -> tuple[bytes | None, bool]:
+    return value, inclusive
+
+
+def _tightest(*bounds: tuple[bytes | None, bool]) -> bytes:
+    """The lowest of several upper bounds (None: unbounded) as a ZREVRANGEBYLEX max."""
+    best: tuple[bytes | None, bool] = (None, True)
+    for value, inclusive in bounds:
+        if value is None:
+            continue
+        if best[0] is None or value < best[0] or (value == best[0] and not inclusive):
+            best = (value, inclusive)
+    if best[0] is None:
+        return b"+"
+    return (b"[" if best[1] else b"(") + best[0]
+
+
+class RedisStore:
+    """Rows in Redis: each operation is one script on the thread's keys (one slot)."""
+
+    inline = False
+
+    def __init__(
+        self,
+        *,
+        prefix: str,
+        ttl: float | None,
+        refresh_on_read: bool,
+        url: str | None = None,
+        client: Client | None = None,
+        cluster: bool | None = None,
+        is_private_loop: Callable[[asyncio.AbstractEventLoop], bool] = lambda _: False,
+        client_options: dict[str, Any] | None = None,
+    ) -> None:
+        if url is None and client is None:
+            raise InvalidConfigError("RedisStore needs a URL or a client")
+        if ttl is not None and not (isinstance(ttl, int | float) and ttl > 0 and math.isfinite(ttl)):
+            raise InvalidConfigError(f"ttl must be a positive number of seconds or None, not {ttl!r}")
+        if client is not None:
+            _check_client(client)
+        self.prefix = prefix
+        self.ttl_ms = None if ttl is None else max(1, int(ttl * 1000))
+        self.refresh_on_read = refresh_on_read
+        self._url = url
+        self._cluster = cluster
+        self._given = client
+        self._is_private = is_private_loop
+        self._options = client_options or {}
+        self._clients: PerLoop[Client] = PerLoop(self._open, lambda c: c.aclose(), lambda c: None)
+        self._threads_key = f"{prefix}:threads"
+        self._runs_key = f"{prefix}:runs"
+        self._layout_key = f"{prefix}:layout"
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._writes_since_sweep = 0
+        self._runs_cursor = b"-"
+
+    # -- connections --------------------------------------------------------------------------
+
+    async def _open(self) -> Client:
+        if self._url is None:
+            return _clone(self._given)
+        if self._cluster is None:
+            probe = aredis.Redis.from_url(self._url, **self._options)
+            try:
+                info = await probe.info("cluster")
+            finally:
+                await probe.aclose()
+            self._cluster = bool(info.get("cluster_enabled"))
+        if self._cluster:
+            return RedisCluster.from_url(self._url, **self._options)
+        return aredis.Redis.from_url(self._url, **self._options)
+
+    async def _client(self) -> Client:
+        # A client the caller gave serves the caller's loops; sync calls, which run on the
+        # bridge's loop, get a clone of it (redis.asyncio connections belong to one loop).
+        if self._given is not None and not self._is_private(asyncio.get_running_loop()):
+            return self._given
+        return await self._clients.open()
+
+    async def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        script = _S[name]
+        for attempt in range(_ATTEMPTS):
+            try:
+                client = await self._client()
+                try:
+                    return await client.evalsha(script.sha, len(keys), *keys, *args)
+                except NoScriptError:
+                    return await client.eval(script.source, len(keys), *keys, *args)
+            except _LOST as exc:
+                if attempt == _ATTEMPTS - 1:
+                    raise StoreUnavailableError(
+                        f"Redis unreachable ({type(exc).__name__}: {exc}); tried {_ATTEMPTS} "
+                        "times. Every write is one script, so nothing was half-written; retry "
+                        "once the server is back"
+                    ) from exc
+                await asyncio.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    async def _command(self, *args: Any) -> Any:
+        for attempt in range(_ATTEMPTS):
+            try:
+                client = await self._client()
+                return await client.execute_command(*args)
+            except _LOST as exc:
+                if attempt == _ATTEMPTS - 1:
+                    raise StoreUnavailableError(
+                        f"Redis unreachable ({type(exc).__name__}: {exc}); retry once the "
+                        "server is back"
+                    ) from exc
+                await asyncio.sleep(0.2 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def keys(self, thread_id: str) -> list[str]:
+        return thread_keys(self.prefix, thread_id)
+
+    @property
+    def _ttl_arg(self) -> str:
+        return "" if self.ttl_ms is None else str(self.ttl_ms)
+
+    # -- the thread and run indexes (hints, verified by the sweep) ---------------------------
+
+    def _hint(self) -> str:
+        return "+inf" if self.ttl_ms is None else str(int(time.time() * 1000) + self.ttl_ms)
+
+    def _remember(self, key: str) -> bool:
+        """True if `key` was not remembered yet (and remember it)."""
+        if key in self._seen:
+            self._seen.move_to_end(key)
+            return False
+        self._seen[key] = None
+        while len(self._seen) > _SEEN:
+            self._seen.popitem(last=False)
+        return True
+
+    async def _index(self, thread_id: str, run_ids: Collection[str], *, force: bool = False) -> None:
+        hint = self._hint()
+        if self._remember("t\0" + thread_id) or force:
+            await self._command("ZADD", self._threads_key, hint, thread_id)
+        for run in run_ids:
+            if self._remember(f"r\0{run}\0{thread_id}") or force:
+                await self._command("ZADD", self._runs_key, 0, f"{run}\0{thread_id}")
+
+    async def _after_write(self) -> None:
+        self._writes_since_sweep += 1
+        if self._writes_since_sweep >= _SWEEP_EVERY:
+            self._writes_since_sweep = 0
+            await self.sweep(100)
+
+    async def sweep(self, limit: int | None = None) -> int:
+        """Check index entries: threads whose deadline hint has passed, and the next `limit`
+        run entries (a rolling pass; all of them when `limit` is None). Drop those whose
+        thread is gone, re-score live threads. Returns how many entries were dropped."""
+        dropped = 0
+        now = int(time.time() * 1000)
+        args: list[Any] = ["ZRANGEBYSCORE", self._threads_key, "-inf", now]
+        if limit is not None:
+            args += ["LIMIT", 0, limit]
+        for member in await self._command(*args):
+            tid = _s(member)
+            deadline = await self._call("DEADLINE", self.keys(tid)[:1], [])
+            if deadline == -2:
+                await self._command("ZREM", self._threads_key, member)
+                self._seen.pop("t\0" + tid, None)
+                dropped += 1
+            else:
+                score = "+inf" if deadline == -1 else str(deadline)
+                await self._command("ZADD", self._threads_key, "XX", score, member)
+        # Run entries are all scored 0 (they are read by lexical range): walk them in turn.
+        start = self._runs_cursor if limit is not None else b"-"
+        while True:
+            members = await self._command(
+                "ZRANGEBYLEX", self._runs_key, start, "+", "LIMIT", 0, limit or 500
+            )
+            for member in members:
+                tid = _s(member.split(b"\0", 1)[1])
+                if await self._call("DEADLINE", self.keys(tid)[:1], []) == -2:
+                    await self._command("ZREM", self._runs_key, member)
+                    self._seen.pop("r\0" + _s(member), None)
+                    dropped += 1
+            start = b"(" + members[-1] if len(members) == (limit or 500) else b"-"
+            if limit is not None or start == b"-":
+                break
+        self._runs_cursor = start
+        return dropped
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    async def migrate(self) -> int:
+        """Record the key layout's version; refuse a layout newer than this code."""
+        await self._command("SET", self._layout_key, LAYOUT_VERSION, "NX")
+        current = int(await self._command("GET", self._layout_key))
+        check_storage_version(current, LAYOUT_VERSION)
+        return current
+
+    # -- writing ------------------------------------------------------------------------------
+
+    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
+        tid, ns = row.thread_id, row.checkpoint_ns
+        check_parts(ns, row.checkpoint_id, *(p for b in blobs for p in (b.channel, b.version)))
+        await self._index(tid, [row.run_id] if row.run_id else [])
+        packed = _pack_row(row)
+        keys = self.keys(tid)
+        fell_back: set[str] = set()
+        while True:
+            args: list[Any] = [self._ttl_arg, ns, row.checkpoint_id, packed]
+            for blob in blobs:
+                args += [blob.channel, blob.version, blob.base_version or "", _blob_value(blob)]
+            missing = await self._call("PUT", keys, args)
+            if not missing:
+                break
+            # An append-delta's base is gone (pruned, expired, deleted elsewhere): store
+            # those values whole. Nothing was written by the refused call.
+            gone = {_s(m) for m in missing}
+            if gone & fell_back:
+                raise AssertionError(f"full values still refused for {sorted(gone)}")
+            fell_back |= gone
+            blobs = [
+                BlobRow(b.channel, b.version, *b.full()) if b.channel in gone and b.full else b
+                for b in blobs
+            ]
+        await self._after_write()
+        return fell_back
+
+    async def write_writes(self, rows: Sequence[WriteRow]) -> None:
+        by_thread: dict[str, list[WriteRow]] = {}
+        for r in rows:
+            check_parts(r.checkpoint_ns, r.checkpoint_id, r.task_id)
+            by_thread.setdefault(r.thread_id, []).append(r)
+        for tid, group in by_thread.items():
+            await self._index(tid, ())
+            args: list[Any] = [self._ttl_arg]
+            for r in group:
+                value = ormsgpack.packb([r.channel, r.type, r.data, r.task_path])
+                args += [_write_field(r), value, "1" if r.idx < 0 else "0"]
+            await self._call("PUT_WRITES", self.keys(tid), args)
+        await self._after_write()
+
+    async def delete_thread(self, thread_id: str) -> None:
+        await self._call("DELETE_THREAD", self.keys(thread_id), [])
+        await self._command("ZREM", self._threads_key, thread_id)
+        self._seen.pop("t\0" + thread_id, None)
+
+    async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        rows, blobs, writes = await self._call("DUMP", self.keys(source_thread_id), [])
+        runs = {_s(v.split(b"\0", 2)[1]) for v in rows[1::2]} - {""}
+        await self._index(target_thread_id, runs, force=True)
+        await self._call(
+            "LOAD", self.keys(target_thread_id),
+            [self._ttl_arg, len(rows) // 2, len(blobs) // 2, *rows, *blobs, *writes],
+        )
+
+    async def delete_checkpoints(
+        self, thread_id: str, victims: Collection[tuple[str, str]], gc: GcPlanner
+    ) -> None:
+        keys = self.keys(thread_id)
+        wanted = set(victims)
+        for _ in range(_REPLANS):
+            gen, flat_rows, flat_refs = await self._call("SNAPSHOT", keys, [])
+            rows = [_field_row(thread_id, flat_rows[i], flat_rows[i + 1])
+                    for i in range(0, len(flat_rows), 2)]
+            remaining = [r for r in rows if (r.checkpoint_ns, r.checkpoint_id) not in wanted]
+            refs = []
+            for i in range(0, len(flat_refs), 2):
+                ns, ch, ver = (_s(p) for p in flat_refs[i].split(b"\0", 2))
+                refs.append(BlobRef(ns, ch, ver, _s(flat_refs[i + 1]) or None))
+            dead = [b"\0".join(_b(p) for p in key) for key in gc(remaining, refs)]
+            present = [(r.checkpoint_ns, r.checkpoint_id) for r in rows
+                       if (r.checkpoint_ns, r.checkpoint_id) in wanted]
+            args: list[Any] = [gen, len(present)]
+            for ns, cid in present:
+                args += [ns, cid]
+            if await self._call("DELETE_CHECKPOINTS", keys, [*args, *dead]):
+                return
+        raise StoreUnavailableError(
+            f"thread {thread_id!r} kept changing while its checkpoints were being deleted; "
+            "retry when it is idle"
+        )
+
+    async def pin(self, thread_id: str, pinned: bool) -> None:
+        await self._call("PIN", self.keys(thread_id), ["1" if pinned else "", self._ttl_arg])
+        if pinned:
+            await self._index(thread_id, (), force=True)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def read_checkpoint(
+        self, thread_id: str, ns: str, checkpoint_id: str | None
+    ) -> CheckpointRow | None:
+        check_parts(ns, checkpoint_id or "")
+        found = await self._call("GET_ROW", self.keys(thread_id), [ns, checkpoint_id or ""])
+        return None if found is None else _row(thread_id, ns, _s(found[0]), found[1])
+
+    async def read_tuple(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str | None,
+        wanted: Callable[[CheckpointRow], Collection[tuple[str, str]]],
+    ) -> tuple[CheckpointRow, dict[tuple[str, str], BlobRow], list[WriteRow]] | None:
+        check_parts(ns, checkpoint_id or "")
+        keys = self.keys(thread_id)
+        found = await self._call("GET_TUPLE", keys, [ns, checkpoint_id or ""])
+        if found is None:
+            return None
+        if self.refresh_on_read:
+            await self._call("TOUCH", keys, [self._ttl_arg])
+        cid, packed, flat_blobs, flat_writes = found
+        row = _row(thread_id, ns, _s(cid), packed)
+        wanted(row)  # the script read every blob the row names; let the saver note its plan
+        writes = _writes(thread_id, flat_writes)
+        return row, _blobs(flat_blobs), writes.get(row.checkpoint_id, [])
+
+    async def read_ancestors(
+        self, thread_id: str, ns: str, checkpoint_id: str, limit: int
+    ) -> list[CheckpointRow]:
+        check_parts(ns, checkpoint_id)
+        flat = await self._call("GET_ANCESTORS", self.keys(thread_id), [ns, checkpoint_id, limit])
+        return [_row(thread_id, ns, _s(flat[i]), flat[i + 1]) for i in range(0, len(flat), 2)]
+
+    async def read_blobs(
+        self, thread_id: str, ns: str, keys: Collection[tuple[str, str]]
+    ) -> dict[tuple[str, str], BlobRow]:
+        if not keys:
+            return {}
+        check_parts(ns)
+        args = [ns, *(p for key in keys for p in key)]
+        return _blobs(await self._call("GET_BLOBS", self.keys(thread_id), args))
+
+    async def read_writes(
+        self,
+        thread_id: str,
+        ns: str,
+        checkpoint_ids: Collection[str],
+        channels: Collection[str] | None = None,
+    ) -> dict[str, list[WriteRow]]:
+        if not checkpoint_ids or (channels is not None and not channels):
+            return {}
+        check_parts(ns)
+        flat = await self._call("GET_WRITES", self.keys(thread_id), [ns, *checkpoint_ids])
+        out = _writes(thread_id, flat)
+        if channels is not None:
+            chans = set(channels)
+            out = {cid: [w for w in ws if w.channel in chans] for cid, ws in out.items()}
+        return out
+
+    async def threads(self) -> list[str]:
+        """Every thread id in the thread index (some may have just expired)."""
+        return [_s(m) for m in await self._command("ZRANGE", self._threads_key, 0, -1)]
+
+    def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
+        ns = query.checkpoint_ns
+        if ns is not None:
+            check_parts(ns)
+        if query.checkpoint_id is not None:
+            check_parts(query.checkpoint_id)
+
+        async def thread_page(tid: str, cursor: Cursor | None) -> list[CheckpointRow]:
+            cid, before = query.checkpoint_id, query.before
+            if ns is not None:
+                head = _b(ns) + b"\0"
+                index, low = "ix", b"[" + head
+                uppers = [_bound(head[:-1] + b"\1", False)]
+                if cid is not None:
+                    low = b"[" + head + _b(cid)
+                    uppers.append(_bound(head + _b(cid), True))
+                if before is not None:
+                    uppers.append(_bound(head + _b(before), False))
+                if cursor is not None:
+                    uppers.append(_bound(head + _b(cursor[0]), tid < cursor[2]))
+            else:
+                index, low = "ord", b"-"
+                uppers = []
+                if cid is not None:
+                    low = b"[" + _b(cid) + b"\0"
+                    uppers.append(_bound(_b(cid) + b"\1", False))
+                if before is not None:
+                    uppers.append(_bound(_b(before), False))
+                if cursor is not None:
+                    uppers.append(_bound(_b(cursor[0]) + b"\0" + _b(cursor[1]), tid < cursor[2]))
+            flat = await self._call(
+                "PAGE", self.keys(tid), [index, _tightest(*uppers), low, _PAGE]
+            )
+            return [_field_row(tid, flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+
+        async def page(cursor: Cursor | None) -> list[CheckpointRow]:
+            tids = [query.thread_id] if query.thread_id is not None else await self.threads()
+            found: list[CheckpointRow] = []
+            for start in range(0, len(tids), 64):
+                chunk = tids[start:start + 64]
+                for rows in await asyncio.gather(*(thread_page(t, cursor) for t in chunk)):
+                    found += rows
+            found.sort(key=lambda r: (r.checkpoint_id, r.checkpoint_ns, r.thread_id), reverse=True)
+            return found[:_PAGE]
+
+        if query.thread_id is not None and self.refresh_on_read:
+            return self._touching(query.thread_id, keyset_pages(page, _PAGE))
+        return keyset_pages(page, _PAGE)
+
+    async def _touching(
+        self, thread_id: str, rows: AsyncIterator[CheckpointRow]
+    ) -> AsyncIterator[CheckpointRow]:
+        await self._call("TOUCH", self.keys(thread_id), [self._ttl_arg])
+        async for row in rows:
+            yield row
+
+    async def find_runs(self, run_ids: Collection[str]) -> list[tuple[str, str, str]]:
+        runs = list(run_ids)
+        check_parts(*runs)
+        tids: set[str] = set()
+        for run in runs:
+            r = _b(run)
+            members = await self._command(
+                "ZRANGEBYLEX", self._runs_key, b"[" + r + b"\0", b"(" + r + b"\1"
+            )
+            tids |= {_s(m.split(b"\0", 1)[1]) for m in members}
+        out: list[tuple[str, str, str]] = []
+        for tid in sorted(tids):
+            for member in await self._call("FIND_RUNS", self.keys(tid), runs):
+                ns, cid = member.split(b"\0", 1)
+                out.append((tid, _s(ns), _s(cid)))
+        return out
+
+    async def close(self) -> None:
+        """Close the clients this store opened (a client passed in stays the caller's)."""
+        await self._clients.close()
+
+
+def _check_client(client: Client) -> None:
+    kwargs = _connection_kwargs(client)
+    if kwargs.get("decode_responses"):
+        raise InvalidConfigError(
+            "the Redis client was created with decode_responses=True; checkpoints are bytes: "
+            "pass a client with decode_responses=False (the default)"
+        )
+
+
+def _connection_kwargs(client: Client) -> dict[str, Any]:
+    if isinstance(client, RedisCluster):
+        return dict(client.get_connection_kwargs())
+    return dict(client.connection_pool.connection_kwargs)
+
+
+def _clone(client: Client) -> Client:
+    """A new client with the same settings, for another event loop."""
+    if isinstance(client, RedisCluster):
+        kwargs: dict[str, Any] = {k: v for k, v in client.get_connection_kwargs().items()
+                  if k in ("username", "password", "db", "socket_timeout",
+                           "socket_connect_timeout", "ssl", "ssl_ca_certs", "ssl_certfile",
+                           "ssl_keyfile", "ssl_cert_reqs", "client_name")}
+        nodes = [ClusterNode(n.host, n.port) for n in client.get_nodes()]
+        return RedisCluster(startup_nodes=nodes, **kwargs)
+    pool = client.connection_pool
+    return aredis.Redis(
+        connection_pool=type(pool)(connection_class=pool.connection_class, **pool.connection_kwargs)
+    )
+
+
+__all__ = ["RedisStore", "ResponseError"]
