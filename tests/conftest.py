@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import uuid
@@ -15,7 +16,7 @@ import pytest
 from langgraph_ckpt_ext import InMemoryCheckpointer, SQLiteCheckpointer
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 
-BACKENDS = ["memory", "sqlite", "sqlite-memory", "postgres", "redis"]
+BACKENDS = ["memory", "sqlite", "sqlite-memory", "postgres", "redis", "redis-cluster"]
 PG_DSN = os.environ.get("LGCKPT_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("LGCKPT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -33,12 +34,46 @@ def drop_redis_prefixes(*prefixes: str, url: str = REDIS_URL) -> int:
     n = 0
     try:
         for prefix in prefixes:
-            batch = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-            for i in range(0, len(batch), 500):
-                n += client.delete(*batch[i : i + 500])
+            for key in client.scan_iter(match=f"{prefix}:*", count=1000):
+                n += client.delete(key)
     finally:
         client.close()
     return n
+
+
+def redis_client_for(cp: Any) -> Any:
+    """A sync client of the server (or cluster) a test's Redis saver uses."""
+    import redis
+    from redis.cluster import RedisCluster
+
+    if cp.store._cluster:
+        return RedisCluster.from_url(cp.test_url)
+    return redis.Redis.from_url(cp.test_url)
+
+
+_cluster: contextlib.ExitStack | None = None
+_cluster_url: str | None = None
+
+
+def redis_cluster_url() -> str:
+    """A Redis Cluster of three masters for this test process, started on first use (on free
+    loopback ports) and stopped when the session ends."""
+    global _cluster, _cluster_url
+    if _cluster_url is None:
+        from .redis_servers import redis_cluster
+
+        _cluster = contextlib.ExitStack()
+        _cluster_url = _cluster.enter_context(redis_cluster(3)).url
+    return _cluster_url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_redis_cluster() -> Iterator[None]:
+    global _cluster, _cluster_url
+    yield
+    if _cluster is not None:
+        _cluster.close()
+        _cluster = _cluster_url = None
 
 
 def pg_schema() -> str:
@@ -68,12 +103,14 @@ def make_saver(kind: str, tmp_path: Path, **options: Any) -> StoreCheckpointer:
         cp = PostgresCheckpointer(PG_DSN, schema=schema, **options)
         cp.test_schema = schema  # type: ignore[attr-defined]
         return cp
-    if kind == "redis":
+    if kind in ("redis", "redis-cluster"):
         from langgraph_ckpt_ext import RedisCheckpointer
 
         prefix = options.pop("key_prefix", None) or redis_prefix()
-        cp = RedisCheckpointer(REDIS_URL, key_prefix=prefix, **options)
+        url = REDIS_URL if kind == "redis" else redis_cluster_url()
+        cp = RedisCheckpointer(url, key_prefix=prefix, **options)
         cp.test_prefix = prefix  # type: ignore[attr-defined]
+        cp.test_url = url  # type: ignore[attr-defined]
         return cp
     if kind == "memory":
         return InMemoryCheckpointer(**options)
@@ -103,6 +140,7 @@ def cleanup(backend: str, cp: StoreCheckpointer) -> None:
         drop_pg_schemas(cp.test_schema)  # type: ignore[attr-defined]
     elif backend == "redis":
         drop_redis_prefixes(cp.test_prefix)  # type: ignore[attr-defined]
+    # A test's cluster keys go with the cluster at the end of the session.
 
 
 class LoopThread:

@@ -14,7 +14,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph_ckpt_ext import InvalidConfigError, InvalidFilterError, SerializationError
 from langgraph_ckpt_ext.core.rows import BlobRow
 
-from .conftest import REDIS_URL
+from .conftest import redis_client_for
 from .graphs import chat_graph, human
 
 
@@ -116,9 +116,7 @@ def test_blob_naming_class_outside_allowlist_is_refused(
     if store_write is not None:  # in-memory
         store.blobs[("evil", "")][("messages", row.version)] = row
     elif hasattr(store, "prefix"):  # Redis: overwrite the blob's hash field
-        import redis
-
-        client = redis.Redis.from_url(REDIS_URL)
+        client = redis_client_for(saver)
         try:
             field = "\0".join(("", "messages", row.version))
             client.hset(store.keys("evil")[3], field, b"\0" + row.type.encode() + b"\0" + row.data)

@@ -24,6 +24,7 @@ from .conftest import (
     drop_pg_schemas,
     drop_redis_prefixes,
     pg_schema,
+    redis_cluster_url,
     redis_prefix,
 )
 
@@ -32,7 +33,7 @@ from .conftest import (
     "kind",
     [
         "memory", "sqlite", "sqlite-memory", "sqlite-sync-ctor", "postgres", "postgres-no-cache",
-        "redis", "redis-client", "redis-ttl",
+        "redis", "redis-client", "redis-ttl", "redis-cluster",
     ],
 )
 async def test_conformance_all_capabilities(kind: str, tmp_path: Path) -> None:
@@ -57,11 +58,12 @@ async def test_conformance_all_capabilities(kind: str, tmp_path: Path) -> None:
             options = {"statement_cache_size": 0} if kind == "postgres-no-cache" else {}
             async with PostgresCheckpointer.from_conn_string(PG_DSN, schema=schema, **options) as cp:
                 yield cp
-        elif kind in ("redis", "redis-ttl"):
+        elif kind in ("redis", "redis-ttl", "redis-cluster"):
             prefixes.append(redis_prefix())
             ttl = 600 if kind == "redis-ttl" else None
+            url = redis_cluster_url() if kind == "redis-cluster" else REDIS_URL
             async with RedisCheckpointer.from_conn_string(
-                REDIS_URL, key_prefix=prefixes[-1], ttl=ttl
+                url, key_prefix=prefixes[-1], ttl=ttl
             ) as cp:
                 yield cp
         elif kind == "redis-client":  # a client the caller owns
@@ -82,7 +84,7 @@ async def test_conformance_all_capabilities(kind: str, tmp_path: Path) -> None:
     finally:
         if schemas:
             await asyncio.to_thread(drop_pg_schemas, *schemas)
-        if prefixes:
+        if prefixes and kind != "redis-cluster":
             await asyncio.to_thread(drop_redis_prefixes, *prefixes)
     counts = {
         cap: (res.tests_passed, res.tests_failed) for cap, res in report.results.items()

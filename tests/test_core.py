@@ -27,7 +27,7 @@ from langgraph_ckpt_ext.core.errors import StorageVersionError
 from langgraph_ckpt_ext.core.filters import matches, validate_filter
 from langgraph_ckpt_ext.core.versions import next_version, version_key
 
-from .conftest import REDIS_URL
+from .conftest import redis_client_for
 from .graphs import chat_graph, human
 
 # -- append-deltas ------------------------------------------------------------------------
@@ -83,9 +83,7 @@ def _blob_rows(saver: Any, thread: str) -> list[Any]:
     if hasattr(store, "blobs"):
         return [b for (tid, _), rows in store.blobs.items() if tid == thread for b in rows.values()]
     if hasattr(store, "prefix"):  # Redis: the thread's blob hash
-        import redis
-
-        client = redis.Redis.from_url(REDIS_URL)
+        client = redis_client_for(saver)
         try:
             raw = client.hgetall(store.keys(thread)[3])
         finally:
@@ -246,7 +244,7 @@ def test_import_loads_no_driver_and_connect_urls(tmp_path: Path) -> None:
         drop_pg_schemas(schema)
     from langgraph_ckpt_ext import RedisCheckpointer
 
-    from .conftest import drop_redis_prefixes, redis_prefix
+    from .conftest import REDIS_URL, drop_redis_prefixes, redis_prefix
 
     prefix = redis_prefix()
     try:

@@ -1,0 +1,299 @@
+"""Redis only: TTLs (a thread expires whole), pinning, the key layout under hostile thread ids,
+atomic puts under concurrent readers, a server that goes away, and a Redis Cluster of three
+masters started by the test itself."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aredis
+from langgraph.checkpoint.base import empty_checkpoint
+from redis.crc import key_slot
+
+from langgraph_ckpt_ext import (
+    InvalidConfigError,
+    RedisCheckpointer,
+    StorageVersionError,
+    StoreUnavailableError,
+)
+
+from .conftest import REDIS_URL, drop_redis_prefixes, make_saver, redis_prefix
+from .graphs import chat_graph, human
+from .redis_servers import redis_cluster, redis_server
+
+
+@pytest.fixture
+def client() -> Iterator[redis.Redis]:
+    c = redis.Redis.from_url(REDIS_URL)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def make(tmp_path: Path) -> Iterator[Any]:
+    made: list[RedisCheckpointer] = []
+
+    def factory(**options: Any) -> RedisCheckpointer:
+        cp = make_saver("redis", tmp_path, **options)
+        made.append(cp)  # type: ignore[arg-type]
+        return cp  # type: ignore[return-value]
+
+    yield factory
+    for cp in made:
+        cp.close()
+    drop_redis_prefixes(*{cp.test_prefix for cp in made})  # type: ignore[attr-defined]
+
+
+def cfg(thread: str, **extra: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread, **extra}}
+
+
+def put(cp: RedisCheckpointer, thread: str, values: dict[str, Any], changed: list[str],
+        parent: dict[str, Any] | None = None, versions: dict[str, Any] | None = None,
+        ns: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+    """One `put` of `values`, bumping the versions of the `changed` channels only."""
+    versions = dict(versions or {})
+    for ch in changed:
+        versions[ch] = cp.get_next_version(versions.get(ch))
+    ckpt = empty_checkpoint()
+    ckpt["channel_values"] = dict(values)
+    ckpt["channel_versions"] = dict(versions)
+    config = parent or cfg(thread, checkpoint_ns=ns)
+    new = cp.put(config, ckpt, {"source": "loop", "step": 0}, {ch: versions[ch] for ch in changed})
+    return new, versions
+
+
+def existing(client: redis.Redis, cp: RedisCheckpointer, thread: str) -> list[str]:
+    return [k for k in cp.store.keys(thread) if client.exists(k)]
+
+
+# -- TTL --------------------------------------------------------------------------------------
+
+
+def test_short_ttl_thread_is_entirely_gone(make: Any, client: redis.Redis) -> None:
+    cp = make(ttl=1.0)
+    graph = chat_graph().compile(checkpointer=cp)
+    for i in range(3):
+        graph.invoke({"messages": [human(f"m{i}")]}, cfg("brief"))
+    assert len(existing(client, cp, "brief")) >= 6
+    # Every key of the thread carries one deadline: it cannot expire in part.
+    deadlines = {client.execute_command("PEXPIRETIME", k) for k in existing(client, cp, "brief")}
+    assert len(deadlines) == 1 and deadlines.pop() > 0
+    time.sleep(1.3)
+    assert existing(client, cp, "brief") == []
+    assert cp.get_tuple(cfg("brief")) is None and list(cp.list(cfg("brief"))) == []
+    leftovers = [k for k in client.scan_iter(match=f"{cp.test_prefix}:*")
+                 if b"brief" in k]
+    assert leftovers == []
+    # The index entry goes at the next sweep, and the id can be used again from scratch.
+    cp.sweep()
+    assert client.zscore(f"{cp.test_prefix}:threads", "brief") is None
+    graph.invoke({"messages": [human("again")]}, cfg("brief"))
+    assert graph.get_state(cfg("brief")).values["messages"][0].content == "again"
+    assert client.zscore(f"{cp.test_prefix}:threads", "brief") is not None
+
+
+def test_thread_written_before_ttl_keeps_every_checkpoint(make: Any, client: redis.Redis) -> None:
+    cp = make(ttl=1.0)
+    # `static` is written once; `tick` changes at every step, for about 3x the TTL.
+    config, versions = put(cp, "busy", {"static": "set once", "tick": 0}, ["static", "tick"])
+    configs = [config]
+    deadline = time.monotonic() + 3.0
+    i = 0
+    while time.monotonic() < deadline:
+        i += 1
+        config, versions = put(cp, "busy", {"static": "set once", "tick": i}, ["tick"],
+                               parent=config, versions=versions)
+        configs.append(config)
+        time.sleep(0.1)
+    assert i > 20
+    for n, c in enumerate(configs):
+        values = cp.get_tuple(c).checkpoint["channel_values"]  # type: ignore[union-attr]
+        assert values == {"static": "set once", "tick": n}
+    assert len(list(cp.list(cfg("busy")))) == len(configs)
+    time.sleep(1.3)
+    assert existing(client, cp, "busy") == []
+
+
+def test_refresh_on_read_keeps_a_thread_that_is_only_read(make: Any, client: redis.Redis) -> None:
+    cp = make(ttl=1.0, refresh_on_read=True)
+    put(cp, "read-only", {"a": 1}, ["a"])
+    for _ in range(12):
+        assert cp.get_tuple(cfg("read-only")) is not None
+        time.sleep(0.2)
+    assert len(list(cp.list(cfg("read-only")))) == 1
+    plain = make(ttl=1.0)
+    put(plain, "read-only", {"a": 1}, ["a"])
+    for _ in range(7):
+        plain.get_tuple(cfg("read-only"))
+        time.sleep(0.2)
+    assert plain.get_tuple(cfg("read-only")) is None  # reads alone do not refresh by default
+
+
+def test_pinned_thread_stays_and_unpinned_expires(make: Any, client: redis.Redis) -> None:
+    cp = make(ttl=1.0)
+    cp.pin("keep")  # before its first write
+    graph = chat_graph().compile(checkpointer=cp)
+    graph.invoke({"messages": [human("stay")]}, cfg("keep"))
+    graph.invoke({"messages": [human("brief")]}, cfg("gone"))
+    assert all(client.ttl(k) == -1 for k in existing(client, cp, "keep"))
+    time.sleep(1.3)
+    assert graph.get_state(cfg("keep")).values["messages"][0].content == "stay"
+    assert existing(client, cp, "gone") == []
+    cp.sweep()
+    assert client.zscore(f"{cp.test_prefix}:threads", "keep") is not None
+    cp.unpin("keep")
+    assert all(0 < client.pttl(k) <= 1000 for k in existing(client, cp, "keep"))
+    time.sleep(1.3)
+    assert existing(client, cp, "keep") == []
+
+
+def test_no_ttl_persists_a_thread_written_with_one(make: Any, client: redis.Redis) -> None:
+    prefix = redis_prefix()
+    with_ttl = make(ttl=30, key_prefix=prefix)
+    put(with_ttl, "t", {"a": 1}, ["a"])
+    without = make(key_prefix=prefix)
+    put(without, "t", {"a": 2}, ["a"])  # no key may keep the old deadline
+    assert all(client.ttl(k) == -1 for k in existing(client, without, "t"))
+
+
+# -- key layout and bad input ----------------------------------------------------------------
+
+HOSTILE = ["a", "a}", "{a}", "a:b", "a*", "*", "a b", "a\nb", "}{", "%41", "A", "ü", "a}:cp"]
+
+
+def test_hostile_thread_ids_stay_apart_in_one_slot_each(make: Any, client: redis.Redis) -> None:
+    cp = make()
+    graph = chat_graph().compile(checkpointer=cp)
+    for tid in HOSTILE:
+        graph.invoke({"messages": [human(f"I am {tid!r}")]}, cfg(tid))
+    for tid in HOSTILE:
+        msgs = graph.get_state(cfg(tid)).values["messages"]
+        assert msgs[0].content == f"I am {tid!r}"
+        keys = existing(client, cp, tid)
+        assert len({key_slot(k.encode()) for k in keys}) == 1, (tid, keys)
+    slots = {tid: key_slot(cp.store.keys(tid)[0].encode()) for tid in HOSTILE}
+    assert len({cp.store.keys(t)[0] for t in HOSTILE}) == len(HOSTILE)
+    assert len(set(slots.values())) > 1
+    # Deleting one leaves every other one whole.
+    cp.delete_thread("a}")
+    assert cp.get_tuple(cfg("a}")) is None
+    for tid in set(HOSTILE) - {"a}"}:
+        assert cp.get_tuple(cfg(tid)) is not None
+    # Filters with the same characters match values, never keys.
+    found = list(cp.list(None, filter={"source": "input", "step": -1}))
+    assert {t.config["configurable"]["thread_id"] for t in found} == set(HOSTILE) - {"a}"}
+    assert list(cp.list(None, filter={"source": "*"})) == []
+    assert list(cp.list(None, filter={"source": "{a}:cp\n*"})) == []
+
+
+def test_bad_arguments_are_refused_clearly(make: Any) -> None:
+    with pytest.raises(InvalidConfigError, match="key_prefix"):
+        RedisCheckpointer(REDIS_URL, key_prefix="bad{prefix}")
+    with pytest.raises(InvalidConfigError, match="ttl"):
+        RedisCheckpointer(REDIS_URL, ttl=-5)
+    with pytest.raises(InvalidConfigError, match="decode_responses"):
+        RedisCheckpointer(aredis.Redis.from_url(REDIS_URL, decode_responses=True))
+    cp = make()
+    put(cp, "ok", {"a": 1}, ["a"])
+    with pytest.raises(InvalidConfigError, match="NUL"):
+        put(cp, "ok", {"a": 2}, ["a"], ns="bad\0ns")
+    with pytest.raises(InvalidConfigError, match="thread_id"):
+        cp.get_tuple({"configurable": {}})
+    assert cp.get_tuple(cfg("ok")).checkpoint["channel_values"] == {"a": 1}  # type: ignore[union-attr]
+
+
+def test_newer_layout_is_refused(make: Any, client: redis.Redis) -> None:
+    cp = make()
+    client.set(f"{cp.test_prefix}:layout", 99)
+    with pytest.raises(StorageVersionError, match="upgrade"):
+        cp.setup()
+
+
+# -- atomicity, concurrency, a server that goes away ------------------------------------------
+
+
+def test_readers_never_see_half_a_checkpoint(make: Any) -> None:
+    cp = make()
+    channels = [f"ch{i}" for i in range(12)]
+    stop = threading.Event()
+    seen: list[int] = []
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        other = make(key_prefix=cp.test_prefix)  # another client, as another process would be
+        try:
+            while not stop.is_set():
+                tup = other.get_tuple(cfg("atomic"))
+                if tup is None:
+                    continue
+                values = tup.checkpoint["channel_values"]
+                steps = {values[ch] for ch in channels}
+                assert len(steps) == 1 and set(values) == set(channels), values
+                seen.append(steps.pop())
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    config, versions = None, None
+    for step in range(150):
+        config, versions = put(cp, "atomic", dict.fromkeys(channels, step), channels,
+                               parent=config, versions=versions)
+    stop.set()
+    thread.join(30)
+    assert not errors, errors[0]
+    assert len(seen) > 10 and seen == sorted(seen)
+
+
+async def test_server_that_goes_away_then_comes_back() -> None:
+    with redis_server("--appendonly", "yes", "--appendfsync", "always") as server:
+        async with RedisCheckpointer.from_conn_string(server.url, key_prefix="t") as cp:
+            graph = chat_graph().compile(checkpointer=cp)
+            await graph.ainvoke({"messages": [human("before")]}, cfg("t1"))
+            await asyncio.to_thread(server.stop)
+            with pytest.raises(StoreUnavailableError, match="Redis unreachable"):
+                await graph.ainvoke({"messages": [human("while down")]}, cfg("t1"))
+            await asyncio.to_thread(server.start)
+            await graph.ainvoke({"messages": [human("after")]}, cfg("t1"))
+            state = await graph.aget_state(cfg("t1"))
+            contents = [m.content for m in state.values["messages"]]
+            assert contents[0] == "before" and contents[-2] == "after"
+            assert "while down" not in contents
+            assert state.values["turns"] == 2
+
+
+# -- Redis Cluster ----------------------------------------------------------------------------
+
+
+async def test_cluster_graphs_ttl_and_hostile_ids() -> None:
+    with redis_cluster(3) as cluster:
+        async with RedisCheckpointer.from_conn_string(cluster.url, key_prefix="c", ttl=60) as cp:
+            assert cp.store._cluster is True
+            graph = chat_graph().compile(checkpointer=cp)
+            for tid in HOSTILE:
+                for turn in range(3):
+                    await graph.ainvoke({"messages": [human(f"{tid} {turn}")]}, cfg(tid))
+            for tid in HOSTILE:
+                state = await graph.aget_state(cfg(tid))
+                assert state.values["turns"] == 3 and len(state.values["messages"]) == 6
+                history = [s async for s in graph.aget_state_history(cfg(tid))]
+                assert len(history) == 9  # three checkpoints a turn
+            assert len(await cp.store.threads()) == len(HOSTILE)
+            every = [t async for t in cp.alist(None)]
+            assert len(every) == 9 * len(HOSTILE)
+            await cp.acopy_thread("a", "copy of a")
+            await cp.adelete_thread("a")
+            state = await graph.aget_state(cfg("copy of a"))
+            assert state.values["turns"] == 3
+            await cp.aprune(["copy of a"], strategy="keep_latest")
+            assert len([t async for t in cp.alist(cfg("copy of a"))]) == 1
+            # Sync calls too (they run on the bridge's loop with a client of their own).
+            assert await asyncio.to_thread(lambda: graph.get_state(cfg("*")).values["turns"]) == 3
