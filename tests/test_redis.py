@@ -297,3 +297,22 @@ async def test_cluster_graphs_ttl_and_hostile_ids() -> None:
             assert len([t async for t in cp.alist(cfg("copy of a"))]) == 1
             # Sync calls too (they run on the bridge's loop with a client of their own).
             assert await asyncio.to_thread(lambda: graph.get_state(cfg("*")).values["turns"]) == 3
+
+
+def test_caller_owned_client_serves_sync_and_async_calls(loop_thread: Any) -> None:
+    prefix = redis_prefix()
+    client = aredis.Redis.from_url(REDIS_URL)
+    cp = RedisCheckpointer(client, key_prefix=prefix)
+    try:
+        loop_thread.run(cp.asetup())
+        graph = chat_graph().compile(checkpointer=cp)
+        graph.invoke({"messages": [human("sync")]}, cfg("owned"))  # on the bridge's loop
+        loop_thread.run(graph.ainvoke({"messages": [human("async")]}, cfg("owned")))
+        graph.invoke({"messages": [human("sync again")]}, cfg("owned"))
+        state = loop_thread.run(graph.aget_state(cfg("owned")))
+        assert [m.content for m in state.values["messages"]][::2] == ["sync", "async", "sync again"]
+        cp.close()
+        assert loop_thread.run(client.ping())  # the caller's client stays open
+    finally:
+        loop_thread.run(client.aclose())
+        drop_redis_prefixes(prefix)
