@@ -48,10 +48,9 @@ class Plan:
 
 
 def _extends(old: list[Any], new: list[Any]) -> bool:
-    if len(new) < len(old):
-        return False
-    # Identity first: unchanged items are the very objects of the previous step.
-    return all(a is b or a == b for a, b in zip(old, new, strict=False))
+    # List equality compares item by item, identity first (in C): unchanged items are the very
+    # objects of the previous step, so this rarely calls an item's __eq__.
+    return len(new) >= len(old) and new[: len(old)] == old
 
 
 class AppendLog:

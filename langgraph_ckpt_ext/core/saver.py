@@ -68,6 +68,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
     ) -> None:
         super().__init__(serde=serde or strict_serde())
         self._store = store
+        # A store that resolves blobs server-side needs each row's channel versions.
+        self._row_versions = bool(getattr(store, "wants_versions", False))
         self._log = AppendLog(snapshot_every)
         self._bridge = bridge or Bridge(f"lgckpt-{type(self).__name__}")
 
@@ -164,7 +166,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
             None if run_id is None else str(run_id),
             header,
             md_typed,
-            codec.blob_keys(checkpoint["channel_versions"]),
+            codec.blob_keys(checkpoint["channel_versions"]) if self._row_versions else None,
         )
         fell_back = await self._store.write_checkpoint(row, blobs)
         for channel, plan in plans.items():

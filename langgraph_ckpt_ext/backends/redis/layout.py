@@ -8,7 +8,7 @@ hash slot (one node of a Redis Cluster) and each of its operations is one atomic
     <prefix>:{<thread>}:wr    hash  ns\\0checkpoint_id\\0task_id\\0idx -> pending write
     <prefix>:{<thread>}:wx    zset  the fields of wr, so that one checkpoint's writes are a range
     <prefix>:{<thread>}:rn    zset  run_id\\0ns\\0checkpoint_id
-    <prefix>:{<thread>}:meta  hash  gen (a write counter), pinned
+    <prefix>:{<thread>}:meta  hash  gen (a write counter), pinned, exp (the keys have a TTL)
     <prefix>:threads          zset  thread_id, scored by a deadline hint (ms; +inf: no TTL)
     <prefix>:runs             zset  run_id\\0thread_id (all scored 0: read by lexical range)
     <prefix>:layout           the layout's version
@@ -19,6 +19,7 @@ thread id can close the hash tag early, reach another thread's keys, or be empty
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ...core.errors import InvalidConfigError
@@ -44,9 +45,10 @@ def tag(thread_id: str) -> str:
     return "".join(chr(b) if b in _SAFE else f"%{b:02X}" for b in raw) or "%"
 
 
-def thread_keys(prefix: str, thread_id: str) -> list[str]:
+@functools.lru_cache(maxsize=8192)
+def thread_keys(prefix: str, thread_id: str) -> tuple[str, ...]:
     t = tag(thread_id)
-    return [f"{prefix}:{{{t}}}:{suffix}" for suffix in THREAD_KEYS]
+    return tuple(f"{prefix}:{{{t}}}:{suffix}" for suffix in THREAD_KEYS)
 
 
 def check_parts(*parts: str) -> None:

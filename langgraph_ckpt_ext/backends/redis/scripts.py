@@ -17,12 +17,19 @@ from __future__ import annotations
 
 # KEYS: 1 ix (zset "ns\0cid"), 2 ord (zset "cid\0ns"), 3 cp (hash "ns\0cid" -> row),
 # 4 bl (hash "ns\0ch\0ver" -> blob), 5 wr (hash "ns\0cid\0task\0idx" -> write),
-# 6 wx (zset of wr fields), 7 rn (zset "run\0ns\0cid"), 8 meta (hash: pinned, gen).
+# 6 wx (zset of wr fields), 7 rn (zset "run\0ns\0cid"), 8 meta (hash: gen, pinned, exp).
 _PRELUDE = r"""
 local function expire_all(ttl)
-  if redis.call('HGET', KEYS[8], 'pinned') or ttl == '' then
-    for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
+  -- Every write leaves all of a thread's keys with one deadline, or none; meta's `exp` field
+  -- says which, so a write without a TTL costs nothing here.
+  local m = redis.call('HMGET', KEYS[8], 'pinned', 'exp')
+  if m[1] or ttl == '' then
+    if m[2] then
+      for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
+      redis.call('HDEL', KEYS[8], 'exp')
+    end
   else
+    if not m[2] then redis.call('HSET', KEYS[8], 'exp', '1') end
     -- One absolute deadline for every key: the thread expires whole, never in part.
     local t = redis.call('TIME')
     local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ttl)
@@ -83,45 +90,68 @@ local function drop_writes(ns, cid)
   redis.call('ZREMRANGEBYLEX', KEYS[6], lo, hi)
 end
 
-local function index_row(ns, cid, row)
+local function index_row(ns, cid, run)
   redis.call('ZADD', KEYS[1], 0, ns .. '\0' .. cid)
   redis.call('ZADD', KEYS[2], 0, cid .. '\0' .. ns)
-  local _, run = split_row(row)
   if run ~= '' then redis.call('ZADD', KEYS[7], 0, run .. '\0' .. ns .. '\0' .. cid) end
 end
 """
 
-# ARGV: ttl_ms|'', ns, cid, row, then (channel, version, base|'', value) per blob.
+# ARGV: ttl_ms|'', ns, cid, row, run_id|'', blobs: one string of records
+# `channel \0 version \0 base|'' \0 length \0 value` (one argument: fewer to pack client-side).
 # Returns the channels whose append-delta base is gone (nothing written then), or {}.
 PUT = _PRELUDE + r"""
-local ttl, ns, cid, row = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local missing = {}
-for i = 5, #ARGV, 4 do
-  local base = ARGV[i + 2]
-  if base ~= '' and redis.call('HEXISTS', KEYS[4], ns .. '\0' .. ARGV[i] .. '\0' .. base) == 0 then
-    missing[#missing + 1] = ARGV[i]
+local ttl, ns, cid, row, run, packed = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local bases, base_of, sets, p = {}, {}, {}, 1
+while p <= #packed do
+  local a = string.find(packed, '\0', p, true)
+  local b = string.find(packed, '\0', a + 1, true)
+  local c = string.find(packed, '\0', b + 1, true)
+  local d = string.find(packed, '\0', c + 1, true)
+  local ch, base = string.sub(packed, p, a - 1), string.sub(packed, b + 1, c - 1)
+  local n = tonumber(string.sub(packed, c + 1, d - 1))
+  if base ~= '' then
+    bases[#bases + 1] = ns .. '\0' .. ch .. '\0' .. base
+    base_of[#bases] = ch
   end
+  sets[#sets + 1] = ns .. '\0' .. ch .. '\0' .. string.sub(packed, a + 1, b - 1)
+  sets[#sets + 1] = string.sub(packed, d + 1, d + n)
+  p = d + n + 1
 end
-if #missing > 0 then return missing end
-for i = 5, #ARGV, 4 do
-  redis.call('HSET', KEYS[4], ns .. '\0' .. ARGV[i] .. '\0' .. ARGV[i + 1], ARGV[i + 3])
+if #bases > 0 then
+  local found = redis.call('HMGET', KEYS[4], unpack(bases))
+  local missing = {}
+  for i = 1, #bases do
+    if not found[i] then missing[#missing + 1] = base_of[i] end
+  end
+  if #missing > 0 then return missing end
 end
+if #sets > 0 then redis.call('HSET', KEYS[4], unpack(sets)) end
 redis.call('HSET', KEYS[3], ns .. '\0' .. cid, row)
-index_row(ns, cid, row)
+index_row(ns, cid, run)
 redis.call('HINCRBY', KEYS[8], 'gen', 1)
 expire_all(ttl)
 return {}
 """
 
-# ARGV: ttl_ms|'', then (field, value, replace '1'|'0') per write.
+# ARGV: ttl_ms|'', writes: one string of records
+# `replace '1'|'0' \0 field length \0 field \0 value length \0 value`.
 PUT_WRITES = _PRELUDE + r"""
-for i = 2, #ARGV, 3 do
-  if ARGV[i + 2] == '1' then
-    redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
+local packed, p = ARGV[2], 1
+while p <= #packed do
+  local a = string.find(packed, '\0', p, true)
+  local fl = tonumber(string.sub(packed, p + 1, a - 1))
+  local field = string.sub(packed, a + 1, a + fl)
+  local b = string.find(packed, '\0', a + fl + 1, true)
+  local vl = tonumber(string.sub(packed, a + fl + 1, b - 1))
+  local value = string.sub(packed, b + 1, b + vl)
+  if string.sub(packed, p, p) == '1' then
+    redis.call('HSET', KEYS[5], field, value)
   else
-    redis.call('HSETNX', KEYS[5], ARGV[i], ARGV[i + 1])
+    redis.call('HSETNX', KEYS[5], field, value)
   end
-  redis.call('ZADD', KEYS[6], 0, ARGV[i])
+  redis.call('ZADD', KEYS[6], 0, field)
+  p = b + vl + 1
 end
 redis.call('HINCRBY', KEYS[8], 'gen', 1)
 expire_all(ARGV[1])
@@ -263,7 +293,8 @@ for _ = 1, n_rows do
   local f, row = ARGV[i], ARGV[i + 1]
   if redis.call('HSETNX', KEYS[3], f, row) == 1 then
     local p = string.find(f, '\0', 1, true)
-    index_row(string.sub(f, 1, p - 1), string.sub(f, p + 1), row)
+    local _, run = split_row(row)
+    index_row(string.sub(f, 1, p - 1), string.sub(f, p + 1), run)
   end
   i = i + 2
 end

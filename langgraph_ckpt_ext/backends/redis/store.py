@@ -58,10 +58,10 @@ def _b(s: str) -> bytes:
 
 
 def _pack_row(row: CheckpointRow) -> bytes:
-    names = b"".join(_b(ch) + b"\0" + _b(v) + b"\0" for ch, v in (row.versions or {}).items())
+    names = _b("".join(f"{ch}\0{v}\0" for ch, v in (row.versions or {}).items()))
     rest = ormsgpack.packb([row.checkpoint[0], row.checkpoint[1], row.metadata[0], row.metadata[1]])
-    head = b"\0".join((_b(row.parent_checkpoint_id or ""), _b(row.run_id or ""), b"%d" % len(names)))
-    return head + b"\0" + names + rest
+    head = _b(f"{row.parent_checkpoint_id or ''}\0{row.run_id or ''}\0{len(names)}\0")
+    return head + names + rest
 
 
 def _row(thread_id: str, ns: str, cid: str, value: bytes) -> CheckpointRow:
@@ -127,6 +127,7 @@ class RedisStore:
     """Rows in Redis: each operation is one script on the thread's keys (one slot)."""
 
     inline = False
+    wants_versions = True  # the row lists the blobs it reads, for the read scripts
 
     def __init__(
         self,
@@ -218,7 +219,7 @@ class RedisStore:
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
 
-    def keys(self, thread_id: str) -> list[str]:
+    def keys(self, thread_id: str) -> tuple[str, ...]:
         return thread_keys(self.prefix, thread_id)
 
     @property
@@ -310,10 +311,16 @@ class RedisStore:
         keys = self.keys(tid)
         fell_back: set[str] = set()
         while True:
-            args: list[Any] = [self._ttl_arg, ns, row.checkpoint_id, packed]
-            for blob in blobs:
-                args += [blob.channel, blob.version, blob.base_version or "", _blob_value(blob)]
-            missing = await self._call("PUT", keys, args)
+            parts: list[bytes] = []
+            for b in blobs:
+                base = b.base_version or ""
+                value = _b(f"{base}\0{b.type}\0") + b.data
+                parts += (_b(f"{b.channel}\0{b.version}\0{base}\0{len(value)}\0"), value)
+            records = b"".join(parts)
+            missing = await self._call(
+                "PUT", keys,
+                [self._ttl_arg, ns, row.checkpoint_id, packed, row.run_id or "", records],
+            )
             if not missing:
                 break
             # An append-delta's base is gone (pruned, expired, deleted elsewhere): store
@@ -336,11 +343,14 @@ class RedisStore:
             by_thread.setdefault(r.thread_id, []).append(r)
         for tid, group in by_thread.items():
             await self._index(tid, ())
-            args: list[Any] = [self._ttl_arg]
+            records = []
             for r in group:
+                field = _write_field(r)
                 value = ormsgpack.packb([r.channel, r.type, r.data, r.task_path])
-                args += [_write_field(r), value, "1" if r.idx < 0 else "0"]
-            await self._call("PUT_WRITES", self.keys(tid), args)
+                records.append(b"%s%d\0%s%d\0%s" % (
+                    b"1" if r.idx < 0 else b"0", len(field), field, len(value), value
+                ))
+            await self._call("PUT_WRITES", self.keys(tid), [self._ttl_arg, b"".join(records)])
         await self._after_write()
 
     async def delete_thread(self, thread_id: str) -> None:
