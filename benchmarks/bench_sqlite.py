@@ -11,10 +11,17 @@ with pools of POOL_MIN..POOL_MAX connections. Every saver gets a fresh schema pe
 round (the official one through `-c search_path=<schema>`), dropped right after it and, whatever
 happens, at exit.
 
+Backend redis (server at --redis-url): ours-redis (`RedisCheckpointer`) and plainredis
+(`AsyncRedisSaver` of langgraph-checkpoint-plainredis, core Redis commands only). Every saver gets
+a fresh key prefix per workload and round, `<run prefix>_<nnnnn>`; its keys are deleted right after
+it (SCAN MATCH on that prefix, then UNLINK) and, whatever happens, every key under the run's prefix
+at exit. Never FLUSHDB: the server may be shared.
+
 Workloads (real compiled LangGraph graphs with deterministic fake nodes, no LLM):
   1. agent loop, THREADS threads x TURNS turns, at concurrency 1 and 16, ROUNDS rounds;
   2. one thread of LONG_TURNS turns: bytes stored and per-turn latency as the thread grows;
-  3. aget_tuple / alist on threads of 10 and CHECKPOINTS checkpoints written with `aput`.
+  3. aget_tuple / alist on threads of 10 and CHECKPOINTS checkpoints written with `aput`;
+  4. (redis only) `aput` against a bare `SET` of the same number of bytes, see `run_aput_vs_set`.
 Then a restore check (`aget_state(...).values` equal between ours and the official saver) and
 a summary against the issue's targets (informational: the exit code is 0 either way).
 """
@@ -44,29 +51,40 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import asyncpg
+import redis
+import redis.asyncio as aioredis
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.version import __version__ as langgraph_version
+from langgraph_checkpoint_plainredis import AsyncRedisSaver
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from langgraph_ckpt_ext import InMemoryCheckpointer, PostgresCheckpointer, SQLiteCheckpointer
+from langgraph_ckpt_ext import (
+    InMemoryCheckpointer,
+    PostgresCheckpointer,
+    RedisCheckpointer,
+    SQLiteCheckpointer,
+)
 
 Saver = BaseCheckpointSaver[Any]
 Json = dict[str, Any]
 OURS, OFFICIAL = "ours-sqlite", "official-sqlite"
 OURS_PG, OFFICIAL_PG = "ours-postgres", "official-postgres"
-BACKENDS = ("sqlite", "postgres")
+OURS_REDIS, PLAINREDIS = "ours-redis", "plainredis"
+BACKENDS = ("sqlite", "postgres", "redis")
 DEFAULT_DSN = os.environ.get("LGCKPT_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+DEFAULT_REDIS_URL = os.environ.get("LGCKPT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POOL_MIN, POOL_MAX = 4, 16  # both PostgreSQL savers (psycopg_pool's default min_size is 4)
 
 # -- savers ------------------------------------------------------------------------------------
@@ -75,24 +93,37 @@ POOL_MIN, POOL_MAX = 4, 16  # both PostgreSQL savers (psycopg_pool's default min
 @dataclasses.dataclass
 class Ctx:
     """Where the savers' data goes: SQLite files in `tmp`; PostgreSQL schemas named
-    `<prefix>_<n>` on `dsn`, measured and dropped over the `admin` connection."""
+    `<prefix>_<n>` on `dsn`, measured and dropped over the `admin` connection; Redis key prefixes
+    `<prefix>_<nnnnn>` on `redis_url`, measured and deleted over the `redis` client."""
 
     tmp: Path
     dsn: str
+    redis_url: str = DEFAULT_REDIS_URL
     prefix: str = dataclasses.field(default_factory=lambda: f"lgxbench_{uuid.uuid4().hex[:8]}")
     admin: Any = None  # asyncpg.Connection, when a PostgreSQL saver is selected
+    redis: Any = None  # redis.asyncio.Redis, when a Redis saver is selected
     made: int = 0
 
     def place(self, spec: Spec, slot: str) -> str:
-        """A fresh place for one saver: a database file path, or a schema name."""
+        """A fresh place for one saver: a database file path, a schema name or a key prefix."""
         if spec.kind == "postgres":
             self.made += 1
             return f"{self.prefix}_{self.made}"
+        if spec.kind == "redis":
+            return self.redis_place()
         return str(self.tmp / f"{slot}-{spec.label}.db")
+
+    def redis_place(self) -> str:
+        """A fresh key prefix. Fixed-width numbers: no prefix is a prefix of another, so the
+        pattern `<place>*` matches the keys of this place only."""
+        self.made += 1
+        return f"{self.prefix}_{self.made:05d}"
 
     async def release(self, spec: Spec, place: str) -> None:
         if spec.kind == "postgres":
             await self.admin.execute(f'DROP SCHEMA IF EXISTS "{place}" CASCADE')
+        elif spec.kind == "redis":
+            await redis_delete(self.redis, place)
 
     async def drop_all(self) -> list[str]:
         """Drop every schema this run created (all start with `prefix`)."""
@@ -103,6 +134,25 @@ class Ctx:
         for name in names:
             await self.admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
         return names
+
+    async def close(self) -> None:
+        """At exit, on error as well: drop every schema and delete every Redis key of this run."""
+        try:
+            if self.admin is not None:
+                try:
+                    left = await self.drop_all()
+                    if left:
+                        print(f"  (dropped {len(left)} leftover schema(s): {', '.join(left)})")
+                finally:
+                    await self.admin.close()
+        finally:
+            if self.redis is not None:
+                try:
+                    n = await redis_delete(self.redis, self.prefix + "_")
+                    if n:
+                        print(f"  (deleted {n} leftover Redis key(s) under {self.prefix}_*)")
+                finally:
+                    await self.redis.aclose()
 
 
 @contextlib.asynccontextmanager
@@ -139,11 +189,26 @@ async def open_official_pg(ctx: Ctx, schema: str) -> AsyncIterator[Saver]:
         await pool.close()
 
 
+def open_ours_redis(ctx: Ctx, place: str) -> contextlib.AbstractAsyncContextManager[Saver]:
+    return RedisCheckpointer.from_conn_string(ctx.redis_url, key_prefix=place)
+
+
+@contextlib.asynccontextmanager
+async def open_plainredis(ctx: Ctx, place: str) -> AsyncIterator[Saver]:
+    """plainredis has no from_conn_string: its constructor makes a client from the URL (RESP2,
+    5 s socket timeouts by default) and `aclose()` closes it."""
+    saver = AsyncRedisSaver(url=ctx.redis_url, prefix=place)
+    try:
+        yield saver
+    finally:
+        await saver.aclose()
+
+
 @dataclasses.dataclass(frozen=True)
 class Spec:
     label: str
-    backend: str  # the --backend that selects it: "sqlite" (SQLite and memory) or "postgres"
-    kind: str  # where it stores: "sqlite", "memory" or "postgres"
+    backend: str  # the --backend that selects it: "sqlite" (SQLite and memory), "postgres", "redis"
+    kind: str  # where it stores: "sqlite", "memory", "postgres" or "redis"
     open: Callable[[Ctx, str], contextlib.AbstractAsyncContextManager[Saver]]
     table: str | None = None  # the table with one row per checkpoint
 
@@ -159,12 +224,15 @@ SPECS = [
          lambda c, p: SQLiteCheckpointer.from_conn_string(p, synchronous="NORMAL"), "lgx_checkpoints"),
     Spec(OURS_PG, "postgres", "postgres", open_ours_pg, "lgx_checkpoints"),
     Spec(OFFICIAL_PG, "postgres", "postgres", open_official_pg, "checkpoints"),
+    Spec(OURS_REDIS, "redis", "redis", open_ours_redis),
+    Spec(PLAINREDIS, "redis", "redis", open_plainredis),
 ]
 PAIRS = [  # (ours, official): ratios and restore checks
     (OURS, OFFICIAL),
     ("ours-memory", "official-memory"),
     ("ours-sqlite-normal", OFFICIAL),
     (OURS_PG, OFFICIAL_PG),
+    (OURS_REDIS, PLAINREDIS),
 ]
 
 
@@ -215,18 +283,73 @@ async def pg_bytes(ctx: Ctx, schema: str) -> int:
     ))
 
 
-async def stored_bytes(ctx: Ctx, spec: Spec, place: str, saver: Saver) -> int:
+def _glob(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+async def redis_scan(client: Any, prefix: str) -> list[bytes]:
+    """Every key that starts with `prefix` (SCAN MATCH, so never a blocking KEYS)."""
+    return [key async for key in client.scan_iter(match=_glob(prefix) + "*", count=1000)]
+
+
+async def redis_delete(client: Any, prefix: str) -> int:
+    """UNLINK every key that starts with `prefix`; returns how many there were."""
+    keys = await redis_scan(client, prefix)
+    for i in range(0, len(keys), 1000):
+        await client.unlink(*keys[i : i + 1000])
+    return len(keys)
+
+
+async def redis_memory(client: Any, keys: Sequence[str | bytes]) -> int:
+    """MEMORY USAGE ... SAMPLES 0 (every element of hashes, sets and lists, not a sample) summed
+    over `keys`; a key that is gone counts 0."""
+    total = 0
+    for i in range(0, len(keys), 1000):
+        pipe = client.pipeline(transaction=False)
+        for key in keys[i : i + 1000]:
+            pipe.memory_usage(key, samples=0)
+        total += sum(int(n or 0) for n in await pipe.execute())
+    return total
+
+
+async def redis_keys(ctx: Ctx, saver: Saver, place: str, tids: Sequence[str]) -> list[str | bytes]:
+    """The keys of these threads: ours names them (`athread_keys`, falling back to a SCAN of its
+    prefix if the method is missing); plainredis: a SCAN of its prefix (its keys are
+    `<prefix>:...`: those of the threads, plus its thread registry and sequence counter)."""
+    thread_keys = getattr(saver, "athread_keys", None)
+    if isinstance(saver, AsyncRedisSaver) or thread_keys is None:
+        return list(await redis_scan(ctx.redis, place))
+    keys: list[str | bytes] = []
+    for tid in tids:
+        keys.extend(await thread_keys(tid))
+    return list(dict.fromkeys(keys))
+
+
+async def redis_bytes(ctx: Ctx, saver: Saver, place: str, tids: Sequence[str]) -> int:
+    return await redis_memory(ctx.redis, await redis_keys(ctx, saver, place, tids))
+
+
+async def stored_bytes(ctx: Ctx, spec: Spec, place: str, saver: Saver, tids: Sequence[str]) -> int:
     if spec.kind == "sqlite":
         return sqlite_bytes(Path(place))
     if spec.kind == "postgres":
         return await pg_bytes(ctx, place)
+    if spec.kind == "redis":
+        return await redis_bytes(ctx, saver, place, tids)
     return memory_bytes(saver)
 
 
-async def count_checkpoints(ctx: Ctx, spec: Spec, place: str, saver: Saver) -> int:
+async def count_checkpoints(
+    ctx: Ctx, spec: Spec, place: str, saver: Saver, tids: Sequence[str]
+) -> int:
     """Checkpoints actually stored, counted after the run: rows of the checkpoint table (on a
     separate connection) for SQLite and PostgreSQL, entries of the checkpoint dicts for memory
-    savers."""
+    savers, what `alist` yields on each thread for Redis."""
+    if spec.kind == "redis":
+        n = 0
+        for tid in tids:
+            n += len([t async for t in saver.alist(thread_config(tid))])
+        return n
     if spec.kind == "postgres":
         return int(await ctx.admin.fetchval(f'SELECT count(*) FROM "{place}".{spec.table}'))
     if spec.table is not None:
@@ -380,7 +503,7 @@ async def _run_agent(
                     await graph.ainvoke({"messages": [human]}, thread_config(tids[i]))
                     lat[i][k] = time.perf_counter() - t0
                 if k + 1 in milestones:
-                    marks[k + 1] = await stored_bytes(ctx, spec, place, saver)
+                    marks[k + 1] = await stored_bytes(ctx, spec, place, saver, tids)
 
         t0 = time.perf_counter()
         if concurrency == 1:
@@ -390,10 +513,11 @@ async def _run_agent(
             await asyncio.gather(*(run_thread(i) for i in range(threads)))
         seconds = time.perf_counter() - t0
         states = {t: normalize((await graph.aget_state(thread_config(t))).values) for t in tids}
-        n = await count_checkpoints(ctx, spec, place, saver)
-        size = memory_bytes(saver) if spec.kind == "memory" else None
+        n = await count_checkpoints(ctx, spec, place, saver, tids)
+        opened = spec.kind in ("memory", "redis")  # ours-redis names a thread's keys itself
+        size = await stored_bytes(ctx, spec, place, saver, tids) if opened else None
     if size is None:  # SQLite: after the saver closed its connection
-        size = await stored_bytes(ctx, spec, place, saver)
+        size = await stored_bytes(ctx, spec, place, saver, tids)
     return AgentRun(seconds, lat, n, size, marks, states)
 
 
@@ -481,6 +605,124 @@ async def run_reads(ctx: Ctx, specs: Sequence[Spec], big: int, rounds: int) -> J
     return res
 
 
+# -- Redis: aput against a bare SET of the same bytes -------------------------------------------
+
+APUT_SOURCE_TURNS = 20  # the checkpoint that is put again: the agent graph's state after 20 turns
+APUT_BATCH = 25  # aputs, then as many SETs (or the other way round), per saver and batch
+
+
+@dataclasses.dataclass
+class AputPlan:
+    """Ready-made aput arguments, so that building them is not timed, and for each one the SET
+    payload of the same size."""
+
+    calls: list[tuple[RunnableConfig, Any, Any, dict[str, Any]]]
+    payloads: list[bytes]
+    channels: list[str]
+
+
+async def aput_plan(saver: Saver, n: int) -> AputPlan:
+    """Run APUT_SOURCE_TURNS turns of the agent graph on one thread, read the latest checkpoint
+    back (`aget_tuple`), and prepare n puts: runs of APUT_BATCH steps that would follow it.
+
+    Put j of a run (j = 0 .. APUT_BATCH-1) holds the source checkpoint's state plus j + 1 more
+    ~500-byte AIMessages (one per step, as the agent's answer step adds one), a new checkpoint
+    id, the previous put of the run as its parent (the source checkpoint for j = 0), and new
+    versions for the channels that the source checkpoint's own step changed: its
+    `updated_channels`, in this graph messages, tool_calls, working_memory, tokens_used and
+    cost_usd, i.e. every channel that holds a value (the others hold none). Versions only go up,
+    so no put reuses a version another one wrote. Every run starts again from the source
+    checkpoint (a fork), so the state stays that of turn ~20. Why not put the same values again:
+    a saver that stores only what a list gained since its last write would write nothing for
+    the messages, which no real step does. Each run's first put forks, so such a saver writes
+    the whole list there: one put in APUT_BATCH, more than a real thread costs it.
+
+    The SET payload of put i is `dumps_typed(checkpoint)[1] + dumps_typed(metadata)[1]` of that
+    put with LangGraph's default `JsonPlusSerializer`: the whole checkpoint, every channel value
+    included, plus its metadata, serialized once, as one value."""
+    tid = "aput-source"
+    graph = build_graph(saver)
+    for k in range(APUT_SOURCE_TURNS):
+        human = HumanMessage(content=text(f"question {tid}/{k}"), id=f"{tid}/{k}:human")
+        await graph.ainvoke({"messages": [human]}, thread_config(tid))
+    source = await saver.aget_tuple(thread_config(tid))
+    assert source is not None
+    base = source.checkpoint
+    channels = sorted(base.get("updated_channels") or base["channel_versions"])
+    versions = dict(base["channel_versions"])
+    serde = JsonPlusSerializer()
+    plan = AputPlan([], [], channels)
+    for i in range(n):
+        j = i % APUT_BATCH
+        if j == 0:
+            config, messages = source.config, list(base["channel_values"]["messages"])
+        for ch in channels:
+            versions[ch] = saver.get_next_version(versions.get(ch), None)
+        messages = [*messages, AIMessage(content=text(f"aput extra {j}"), id=f"{tid}/extra-{j}")]
+        checkpoint = {**base, "id": str(uuid6(clock_seq=i)),
+                      "channel_values": {**base["channel_values"], "messages": messages},
+                      "channel_versions": dict(versions), "updated_channels": channels}
+        metadata = {**source.metadata, "step": source.metadata["step"] + j + 1}
+        plan.calls.append((config, checkpoint, metadata, {ch: versions[ch] for ch in channels}))
+        plan.payloads.append(serde.dumps_typed(checkpoint)[1] + serde.dumps_typed(metadata)[1])
+        config = {"configurable": {**source.config["configurable"], "checkpoint_id": checkpoint["id"]}}
+    return plan
+
+
+async def run_aput_vs_set(ctx: Ctx, specs: Sequence[Spec], reps: int) -> Json:
+    """Mean seconds per `aput` of each saver and per bare `SET` of the same bytes (`AputPlan`),
+    in alternating batches of APUT_BATCH (one run of steps each): for each batch and saver, the
+    aputs and the SETs one after the other (their order flips from batch to batch), after one
+    batch of warm-up. Each SET writes a fresh key (as an aput adds keys); those keys are deleted,
+    untimed, after each batch. The bare SETs go through the benchmark's own client (redis-py's
+    defaults)."""
+    batches = max(1, math.ceil(reps / APUT_BATCH))
+    t_aput = {s.label: 0.0 for s in specs}
+    t_set = dict(t_aput)
+    async with contextlib.AsyncExitStack() as stack:
+        savers: dict[str, Saver] = {}
+        plans: dict[str, AputPlan] = {}
+        for spec in specs:
+            place = ctx.place(spec, "aput")
+            stack.push_async_callback(ctx.release, spec, place)
+            savers[spec.label] = await stack.enter_async_context(spec.open(ctx, place))
+            plans[spec.label] = await aput_plan(savers[spec.label], (batches + 1) * APUT_BATCH)
+        set_place = ctx.redis_place()
+        stack.push_async_callback(redis_delete, ctx.redis, set_place)
+        gc.collect()
+        for b in range(batches + 1):  # batch 0: warm-up
+            for spec in specs:
+                saver, plan = savers[spec.label], plans[spec.label]
+                todo = range(b * APUT_BATCH, (b + 1) * APUT_BATCH)
+                keys = [f"{set_place}:{spec.label}:{i}" for i in todo]
+                elapsed: dict[str, float] = {}
+                for what in (("aput", "set") if b % 2 else ("set", "aput")):
+                    t0 = time.perf_counter()
+                    if what == "aput":
+                        for i in todo:
+                            await saver.aput(*plan.calls[i])
+                    else:
+                        for i, key in zip(todo, keys, strict=True):
+                            await ctx.redis.set(key, plan.payloads[i])
+                    elapsed[what] = time.perf_counter() - t0
+                await ctx.redis.unlink(*keys)
+                if b:
+                    t_aput[spec.label] += elapsed["aput"]
+                    t_set[spec.label] += elapsed["set"]
+    n = batches * APUT_BATCH
+    return {
+        label: {
+            "aput_s": t_aput[label] / n,
+            "set_s": t_set[label] / n,
+            "set_over_aput": t_set[label] / t_aput[label],
+            "payload_bytes": statistics.fmean(map(len, plans[label].payloads[APUT_BATCH:])),
+            "reps": n,
+            "channels": plans[label].channels,
+        }
+        for label in t_aput
+    }
+
+
 # -- reporting ---------------------------------------------------------------------------------
 
 
@@ -525,6 +767,14 @@ def window_ms(lat: Sequence[float], lo: int, hi: int) -> float:
     return 1000 * statistics.fmean(lat[max(0, lo - 1) : hi])
 
 
+def thirds_growth(turns: Sequence[int], sizes: Sequence[int]) -> float | None:
+    """Bytes added per turn over the last third of the thread / over the middle third (from
+    turn n/3 to 2n/3): 1 when the size grows linearly, 5/3 when it grows quadratically. A constant
+    part (empty database, registries) cancels out."""
+    (t1, t2, t3), (b1, b2, b3) = turns, sizes
+    return ratio((b3 - b2) / (t3 - t2), (b2 - b1) / (t2 - t1))
+
+
 def verdict(ok: bool | None) -> str:
     return "info" if ok is None else ("PASS" if ok else "FAIL")
 
@@ -565,6 +815,8 @@ def bytes_note(specs: Sequence[Spec]) -> str:
         "postgres": "PostgreSQL: pg_total_relation_size summed over the saver's tables (heap + "
                     "TOAST + indexes, no VACUUM)",
         "memory": "memory: serialized bytes held, estimate",
+        "redis": "Redis: MEMORY USAGE (SAMPLES 0) summed over the threads' keys (ours: athread_keys; "
+                 "plainredis: a SCAN of its prefix)",
     }
     return "; ".join(v for k, v in notes.items() if k in kinds)
 
@@ -592,9 +844,9 @@ async def workload_agent(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
                 "p99_ms": 1000 * pct(lat, 99),
                 "bytes": rs[-1].bytes,
             }
-        print(f"\n  concurrency {conc}: checkpoints = stored rows counted after the run (expected "
-              f"5 per turn = {5 * args.threads * args.turns}); ckpt/s = median over rounds of "
-              "checkpoints / wall time; latency = per ainvoke, all rounds pooled; stored = "
+        print(f"\n  concurrency {conc}: checkpoints = stored rows (Redis: alist) counted after the "
+              f"run (expected 5 per turn = {5 * args.threads * args.turns}); ckpt/s = median over "
+              "rounds of checkpoints / wall time; latency = per ainvoke, all rounds pooled; stored = "
               f"{bytes_note(args.specs)}")
         table(
             ["saver", "checkpoints", "ckpt/s", "p50 ms", "p99 ms", "MB stored"],
@@ -616,6 +868,7 @@ async def workload_agent(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
 async def workload_long(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
     n = args.long_turns
     marks = sorted({max(1, round(n * i / 6)) for i in range(1, 7)})
+    thirds = [max(1, round(n * i / 6)) for i in (2, 4, 6)]  # turns n/3, 2n/3, n: among the marks
     early, late = (6, 15), (max(1, n - 9), n)
     print(f"== 2. one thread of {n} turns (concurrency 1), {args.long_rounds} round(s) ==")
     runs: dict[str, list[AgentRun]] = {s.label: [] for s in args.specs}
@@ -637,6 +890,7 @@ async def workload_long(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
             "bytes_after_turn": dict(zip(marks, sizes, strict=True)),
             # log-log slope of bytes over turns, from the 2nd milestone on: ~1 linear, ~2 quadratic
             "bytes_growth_exponent": math.log(sizes[-1] / sizes[1]) / math.log(marks[-1] / marks[1]),
+            "bytes_growth_thirds": thirds_growth(thirds, [rs[-1].milestones[m] for m in thirds]),
             "latency_early_ms": e,
             "latency_late_ms": lt,
             "latency_growth": lt / e,
@@ -660,7 +914,7 @@ async def workload_long(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
     restore = restore_checks(args, runs)
     show_restore(f"{n}-turn thread", restore, runs)
     print()
-    out["long"] = {"turns": n, "savers": res, "restore_ok": restore}
+    out["long"] = {"turns": n, "thirds": thirds, "savers": res, "restore_ok": restore}
 
 
 async def workload_reads(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
@@ -685,6 +939,29 @@ async def workload_reads(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
     out["reads"] = {"checkpoints": big, "savers": res}
 
 
+async def workload_aput(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
+    specs = [s for s in args.specs if s.kind == "redis"]
+    if not specs:
+        return
+    print(f"== 4. Redis: aput against a bare SET of the same bytes, {APUT_BATCH} x "
+          f"{math.ceil(args.aput_reps / APUT_BATCH)} interleaved per saver ==")
+    res = await run_aput_vs_set(ctx, specs, args.aput_reps)
+    some = next(iter(res.values()))
+    print(f"  aput: the checkpoint after {APUT_SOURCE_TURNS} agent turns (aget_tuple) and the "
+          f"{APUT_BATCH} steps that would follow it, again and again (each run forks from it): "
+          "each step adds one ~500-byte message, has a new id, the previous step as parent, and "
+          f"new versions for {', '.join(some['channels'])} (the channels the source checkpoint's "
+          "own step changed; the other channels hold no value). SET: one bare SET of a fresh key "
+          "with the bytes of dumps_typed(checkpoint) + dumps_typed(metadata) of the same step "
+          "(payload = their mean size). Mean per call")
+    table(
+        ["saver", "payload KB", "aput us", "SET us", "SET/aput"],
+        [[k, v["payload_bytes"] / 1e3, 1e6 * v["aput_s"], 1e6 * v["set_s"], v["set_over_aput"]]
+         for k, v in res.items()],
+    )
+    out["aput_vs_set"] = {"source_turns": APUT_SOURCE_TURNS, "savers": res}
+
+
 @dataclasses.dataclass(frozen=True)
 class Goals:
     """The issue's targets for one backend: ours against official."""
@@ -697,6 +974,10 @@ class Goals:
     max_latency_growth_ratio: float | None  # (c) None: no target, printed as info
     variants: dict[str, str]  # further savers of ours, (b) as info: label -> note
     reads: tuple[tuple[str, str], ...]  # (d) (ours, official) pairs, each must stay <= 1.2
+    # (a) linear: False: log-log exponent from the 2nd milestone on <= 1.25; True: bytes added
+    # per turn over the last third <= 1.2 x those over the middle third (`thirds_growth`)
+    linear_by_thirds: bool = False
+    min_set_over_aput: float | None = None  # (f) bare SET time / aput time, at least
 
 
 GOALS = [
@@ -705,6 +986,8 @@ GOALS = [
           ((OURS, OFFICIAL), ("ours-memory", "official-memory"), ("ours-sqlite-normal", OFFICIAL))),
     Goals("postgres", OURS_PG, OFFICIAL_PG, 1 / 10, {1: 1.3, 0: 1.5}, None, {},
           ((OURS_PG, OFFICIAL_PG),)),
+    Goals("redis", OURS_REDIS, PLAINREDIS, 1 / 30, {0: 1.5}, None, {}, (),
+          linear_by_thirds=True, min_set_over_aput=0.5),
 ]
 
 
@@ -714,13 +997,31 @@ def goal_rows(g: Goals, out: Json) -> list[list[Any]]:
     if g.ours in long and g.official in long:
         a, b = long[g.ours], long[g.official]
         r = ratio(a["bytes"], b["bytes"])
-        ok = r is not None and r < g.max_bytes_ratio and a["bytes_growth_exponent"] <= 1.25
+        if g.linear_by_thirds:
+            growth = a["bytes_growth_thirds"]
+            linear = growth is not None and growth <= 1.2
+        else:
+            linear = a["bytes_growth_exponent"] <= 1.25
+        ok = r is not None and r < g.max_bytes_ratio and linear
         rows.append([f"(a) {out['long']['turns']}-turn thread, MB stored", mb(a["bytes"]),
                      mb(b["bytes"]), r,
                      f"< 1/{round(1 / g.max_bytes_ratio)} = {g.max_bytes_ratio:.3f}, linear",
                      verdict(ok)])
-        rows.append(["    bytes growth exponent (1 linear, 2 quadratic)", a["bytes_growth_exponent"],
-                     b["bytes_growth_exponent"], None, "<= 1.25", verdict(None)])
+        if g.linear_by_thirds:
+            thirds = out["long"]["thirds"]
+
+            def at(v: Json) -> str:
+                return " / ".join(fmt(mb(v["bytes_after_turn"][t])) for t in thirds)
+
+            rows.append([f"    MB after turns {' / '.join(map(str, thirds))}", at(a), at(b), None,
+                         "", verdict(None)])
+            rows.append(["    bytes/turn, last third / middle third (1 linear, 1.67 quadratic)",
+                         a["bytes_growth_thirds"], b["bytes_growth_thirds"], None, "<= 1.2",
+                         verdict(None)])
+        else:
+            rows.append(["    bytes growth exponent (1 linear, 2 quadratic)",
+                         a["bytes_growth_exponent"], b["bytes_growth_exponent"], None, "<= 1.25",
+                         verdict(None)])
     for key, res in out.get("agent", {}).items():
         s, conc = res["savers"], int(key[1:])
         goal = g.min_ckpt_ratio.get(conc, g.min_ckpt_ratio[0])
@@ -751,6 +1052,11 @@ def goal_rows(g: Goals, out: Json) -> list[list[Any]]:
     if checks:
         rows.append([f"(e) restored state identical ({len(checks)} checks)",
                      f"{sum(checks)} OK", "", None, "all OK", verdict(all(checks))])
+    aput = out.get("aput_vs_set", {}).get("savers", {})
+    if g.min_set_over_aput is not None and g.ours in aput:
+        a, b = aput[g.ours]["set_over_aput"], aput.get(g.official, {}).get("set_over_aput")
+        rows.append(["(f) aput vs bare SET of the same bytes: SET time / aput time", a, b, None,
+                     f">= {g.min_set_over_aput}", verdict(a >= g.min_set_over_aput)])
     return rows
 
 
@@ -773,11 +1079,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small smoke run (about a minute)")
     p.add_argument("--backend", choices=[*BACKENDS, "all"], default="all",
                    help="sqlite: the SQLite and in-memory savers; postgres: the PostgreSQL savers; "
-                        "all (default): both")
+                        "redis: the Redis savers; all (default): all three")
     p.add_argument("--dsn", default=DEFAULT_DSN,
                    help="PostgreSQL server for --backend postgres/all (default: $LGCKPT_TEST_PG_DSN "
                         "or postgresql://postgres@127.0.0.1:5432/test); each run gets fresh schemas "
                         "lgxbench_<random>_<n>, all dropped at exit")
+    p.add_argument("--redis-url", default=DEFAULT_REDIS_URL,
+                   help="Redis server for --backend redis/all (default: $LGCKPT_TEST_REDIS_URL or "
+                        "redis://127.0.0.1:6379/0); each run gets fresh key prefixes "
+                        "lgxbench_<random>_<nnnnn>, all keys under them deleted at exit (no FLUSHDB)")
     p.add_argument("--threads", type=int, help="agent workload threads (default 20; quick 4)")
     p.add_argument("--turns", type=int, help="agent workload turns per thread (default 30; quick 5)")
     p.add_argument("--rounds", type=int, help="agent workload rounds (default 3; quick 1)")
@@ -785,7 +1095,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--long-turns", type=int, help="turns of the long thread (default 300; quick 40)")
     p.add_argument("--long-rounds", type=int, help="long-thread rounds (default 3; quick 1)")
     p.add_argument("--checkpoints", type=int, help="checkpoints of the long read thread (default 1000)")
-    p.add_argument("--workloads", default="1,2,3", help="which workloads to run, e.g. 1,3")
+    p.add_argument("--aput-reps", type=int,
+                   help="aput-vs-SET reps per Redis saver (default 1000; quick 200)")
+    p.add_argument("--workloads", default="1,2,3,4",
+                   help="which workloads to run, e.g. 1,3 (4: aput vs SET, Redis savers only)")
     p.add_argument("--savers", help=f"comma-separated subset of {','.join(s.label for s in SPECS)} "
                                     "(overrides --backend)")
     p.add_argument("--dir", type=Path, help="directory for the database files (default: a temp dir)")
@@ -798,6 +1111,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.long_turns = args.long_turns or (40 if quick else 300)
     args.long_rounds = args.long_rounds or (1 if quick else 3)
     args.checkpoints = args.checkpoints or (200 if quick else 1000)
+    args.aput_reps = args.aput_reps or (200 if quick else 1000)
     if args.long_turns < 15:
         p.error("--long-turns must be at least 15 (the early latency window is turns 6-15)")
     args.workloads = {int(w) for w in args.workloads.split(",")}
@@ -812,14 +1126,32 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def versions() -> dict[str, str]:
     names = ("langgraph-checkpoint", "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres",
-             "asyncpg", "psycopg", "psycopg-pool")
+             "asyncpg", "psycopg", "psycopg-pool", "redis", "langgraph-checkpoint-plainredis")
     return {name: importlib.metadata.version(name) for name in names}
+
+
+async def connect_redis(ctx: Ctx, out: Json) -> None:
+    client = aioredis.Redis.from_url(ctx.redis_url)
+    try:
+        info = await client.info("server")
+    except (OSError, aioredis.RedisError) as e:
+        await client.aclose()
+        raise SystemExit(f"cannot connect to Redis at {ctx.redis_url}: {e}\n"
+                         "(pass --redis-url, or another --backend)") from e
+    ctx.redis = client  # from now on, ctx.close() deletes the run's keys
+    config = await ctx.redis.config_get("appendonly")
+    config.update(await ctx.redis.config_get("appendfsync"))
+    config.update(await ctx.redis.config_get("save"))
+    out["env"].update(redis_server=str(info["redis_version"]), redis_persistence=config)
+    persistence = ", ".join(f"{k} {v!r}" for k, v in sorted(config.items()))
+    print(f"redis {info['redis_version']} at {ctx.redis_url} ({persistence}); key prefixes "
+          f"{ctx.prefix}_<nnnnn>\n")
 
 
 async def main_async(args: argparse.Namespace, ctx: Ctx) -> Json:
     out: Json = {
         "args": {k: v for k, v in vars(args).items()
-                 if k not in ("specs", "workloads", "json", "dir", "dsn")},
+                 if k not in ("specs", "workloads", "json", "dir", "dsn", "redis_url")},
         "savers": [s.label for s in args.specs],
         "env": {"python": platform.python_version(), "langgraph": langgraph_version,
                 "sqlite": sqlite3.sqlite_version, "cpus": os.cpu_count(), **versions()},
@@ -839,24 +1171,38 @@ async def main_async(args: argparse.Namespace, ctx: Ctx) -> Json:
               f"{ctx.prefix}_<n>\n")
     started = time.perf_counter()
     try:
+        if any(s.kind == "redis" for s in args.specs):
+            await connect_redis(ctx, out)
         if 1 in args.workloads:
             await workload_agent(args, ctx, out)
         if 2 in args.workloads:
             await workload_long(args, ctx, out)
         if 3 in args.workloads:
             await workload_reads(args, ctx, out)
+        if 4 in args.workloads:
+            await workload_aput(args, ctx, out)
     finally:
-        if ctx.admin is not None:
-            try:
-                left = await ctx.drop_all()
-                if left:
-                    print(f"  (dropped {len(left)} leftover schema(s): {', '.join(left)})")
-            finally:
-                await ctx.admin.close()
+        await ctx.close()
     summary(out)
     out["seconds_total"] = time.perf_counter() - started
     print(f"total time {out['seconds_total']:.0f} s")
     return out
+
+
+def redis_cleanup_sync(ctx: Ctx) -> None:
+    """Whatever happened, delete the run's Redis keys once more, without the event loop: a
+    second Ctrl-C ends `asyncio.run` before `ctx.close()` could (redis-py's asyncio client does
+    not always let the first one cancel a command)."""
+    try:
+        with redis.Redis.from_url(ctx.redis_url) as client:
+            keys = list(client.scan_iter(match=_glob(ctx.prefix + "_") + "*", count=1000))
+            for i in range(0, len(keys), 1000):
+                client.unlink(*keys[i : i + 1000])
+    except redis.RedisError as e:
+        print(f"  (could not check for leftover Redis keys under {ctx.prefix}_*: {e})")
+        return
+    if keys:
+        print(f"  (deleted {len(keys)} leftover Redis key(s) under {ctx.prefix}_*)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -870,7 +1216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             tmp = args.dir
         else:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lgckpt-bench-")))
-        out = asyncio.run(main_async(args, Ctx(tmp, args.dsn)))
+        ctx = Ctx(tmp, args.dsn, args.redis_url)
+        try:
+            out = asyncio.run(main_async(args, ctx))
+        finally:
+            if ctx.redis is not None:  # it connected, so it may have written keys
+                redis_cleanup_sync(ctx)
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
         print(f"wrote {args.json}")
