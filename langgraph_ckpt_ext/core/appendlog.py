@@ -62,6 +62,7 @@ class AppendLog:
         self.top_level = snapshot_every.bit_length() - 1
         self.max_entries = max_entries
         self._chains: OrderedDict[tuple[str, str, str], _Chain] = OrderedDict()
+        self._heads: dict[tuple[str, str], dict[str, str]] = {}  # (thread, ns) -> channel -> version
         self._guard = threading.Lock()
 
     def plan(self, thread_id: str, ns: str, channel: str, version: str, value: Any) -> Plan | None:
@@ -95,8 +96,13 @@ class AppendLog:
         with self._guard:
             self._chains[key] = chain
             self._chains.move_to_end(key)
+            self._heads.setdefault((thread_id, ns), {})[channel] = chain.segments[-1].version
             while len(self._chains) > self.max_entries:
-                self._chains.popitem(last=False)
+                (tid, old_ns, ch), _ = self._chains.popitem(last=False)
+                heads = self._heads.get((tid, old_ns), {})
+                heads.pop(ch, None)
+                if not heads:
+                    self._heads.pop((tid, old_ns), None)
 
     def cached(self, thread_id: str, ns: str, channel: str, version: str) -> list[Any] | None:
         """The list stored at `version` if it is the last one this process wrote, else None.
@@ -110,11 +116,20 @@ class AppendLog:
             return None
         return list(chain.items)
 
+    def held(self, thread_id: str, ns: str) -> dict[str, str]:
+        """Channel -> version of the values `cached` can serve for this thread and namespace
+        (a store may then skip reading those blobs)."""
+        with self._guard:
+            return dict(self._heads.get((thread_id, ns), {}))
+
     def forget(self, thread_id: str | None = None) -> None:
         """Drop what is remembered for one thread (or all): its rows may be gone."""
         with self._guard:
             if thread_id is None:
                 self._chains.clear()
+                self._heads.clear()
                 return
             for key in [k for k in self._chains if k[0] == thread_id]:
                 del self._chains[key]
+            for head in [k for k in self._heads if k[0] == thread_id]:
+                del self._heads[head]

@@ -215,7 +215,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
             cached.update(hits)
             return builtins.list(keys.items())
 
-        found = await self._store.read_tuple(thread_id, ns, checkpoint_id_of(config), wanted)
+        found = await self._store.read_tuple(
+            thread_id, ns, checkpoint_id_of(config), wanted, self._log.held(thread_id, ns)
+        )
         if found is None:
             return None
         row, blobs, writes = found

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
@@ -255,6 +255,7 @@ class PostgresStore:
         ns: str,
         checkpoint_id: str | None,
         wanted: Callable[[CheckpointRow], Collection[tuple[str, str]]],
+        held: Mapping[str, str] | None = None,
     ) -> tuple[CheckpointRow, dict[tuple[str, str], BlobRow], list[WriteRow]] | None:
         async def op(conn: asyncpg.Connection) -> Any:
             if checkpoint_id is None:

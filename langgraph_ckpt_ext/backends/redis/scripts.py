@@ -158,9 +158,12 @@ expire_all(ARGV[1])
 return 1
 """
 
-# ARGV: ns, cid|''. Returns false, or {cid, row, {ch, ver, blob, ...}, {field, write, ...}}.
+# ARGV: ns, cid|'', then (channel, version) pairs the caller holds (not read). Returns false,
+# or {cid, row, {ch, ver, blob, ...}, {field, write, ...}}.
 GET_TUPLE = _PRELUDE + r"""
 local ns, cid = ARGV[1], ARGV[2]
+local held = {}
+for i = 3, #ARGV, 2 do held[ARGV[i] .. '\0' .. ARGV[i + 1]] = true end
 if cid == '' then
   cid = latest(ns)
   if not cid then return false end
@@ -168,8 +171,15 @@ end
 local row = redis.call('HGET', KEYS[3], ns .. '\0' .. cid)
 if not row then return false end
 local _, _, names = split_row(row)
-local list = {}
-for item in string.gmatch(names, '([^%z]*)%z') do list[#list + 1] = item end
+local list, ch = {}, nil
+for item in string.gmatch(names, '([^%z]*)%z') do
+  if ch == nil then
+    ch = item
+  else
+    if not held[ch .. '\0' .. item] then list[#list + 1] = ch; list[#list + 1] = item end
+    ch = nil
+  end
+end
 return {cid, row, blobs(ns, list), writes(ns, cid)}
 """
 

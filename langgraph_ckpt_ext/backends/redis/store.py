@@ -8,7 +8,7 @@ import hashlib
 import math
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import ormsgpack
@@ -360,6 +360,8 @@ class RedisStore:
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         rows, blobs, writes = await self._call("DUMP", self.keys(source_thread_id), [])
+        if not rows:
+            return  # nothing to copy: leave no key behind for the target
         runs = {_s(v.split(b"\0", 2)[1]) for v in rows[1::2]} - {""}
         await self._index(target_thread_id, runs, force=True)
         await self._call(
@@ -414,19 +416,26 @@ class RedisStore:
         ns: str,
         checkpoint_id: str | None,
         wanted: Callable[[CheckpointRow], Collection[tuple[str, str]]],
+        held: Mapping[str, str] | None = None,
     ) -> tuple[CheckpointRow, dict[tuple[str, str], BlobRow], list[WriteRow]] | None:
         check_parts(ns, checkpoint_id or "")
         keys = self.keys(thread_id)
-        found = await self._call("GET_TUPLE", keys, [ns, checkpoint_id or ""])
+        skip = [p for ch, v in (held or {}).items() for p in (ch, v)]
+        found = await self._call("GET_TUPLE", keys, [ns, checkpoint_id or "", *skip])
         if found is None:
             return None
         if self.refresh_on_read:
             await self._call("TOUCH", keys, [self._ttl_arg])
         cid, packed, flat_blobs, flat_writes = found
         row = _row(thread_id, ns, _s(cid), packed)
-        wanted(row)  # the script read every blob the row names; let the saver note its plan
+        blobs = _blobs(flat_blobs)
+        # The script read every blob the row names but those held; the process may have
+        # dropped a held value since (another task's write): read what is still missing.
+        missing = [k for k in wanted(row) if k not in blobs and held and held.get(k[0]) == k[1]]
+        if missing:
+            blobs.update(await self.read_blobs(thread_id, ns, missing))
         writes = _writes(thread_id, flat_writes)
-        return row, _blobs(flat_blobs), writes.get(row.checkpoint_id, [])
+        return row, blobs, writes.get(row.checkpoint_id, [])
 
     async def read_ancestors(
         self, thread_id: str, ns: str, checkpoint_id: str, limit: int
