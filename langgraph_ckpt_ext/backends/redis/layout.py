@@ -1,4 +1,4 @@
-"""The key layout: every key of one thread carries the same hash tag, so a thread lives in one
+"""The key layout: every key of one thread (seven) carries the same hash tag, so a thread lives in one
 hash slot (one node of a Redis Cluster) and each of its operations is one atomic script.
 
     <prefix>:{<thread>}:ix    zset  ns\\0checkpoint_id          per-namespace order, newest last
@@ -7,7 +7,6 @@ hash slot (one node of a Redis Cluster) and each of its operations is one atomic
     <prefix>:{<thread>}:bl    hash  ns\\0channel\\0version -> blob (a value, or an append-delta)
     <prefix>:{<thread>}:wr    hash  ns\\0checkpoint_id\\0task_id\\0idx -> pending write
     <prefix>:{<thread>}:wx    zset  the fields of wr, so that one checkpoint's writes are a range
-    <prefix>:{<thread>}:rn    zset  run_id\\0ns\\0checkpoint_id
     <prefix>:{<thread>}:meta  hash  gen (a write counter), pinned, exp (the keys have a TTL)
     <prefix>:threads          zset  thread_id, scored by a deadline hint (ms; +inf: no TTL)
     <prefix>:runs             zset  run_id\\0thread_id (all scored 0: read by lexical range)
@@ -25,7 +24,7 @@ import re
 from ...core.errors import InvalidConfigError
 
 LAYOUT_VERSION = 1
-THREAD_KEYS = ("ix", "ord", "cp", "bl", "wr", "wx", "rn", "meta")
+THREAD_KEYS = ("ix", "ord", "cp", "bl", "wr", "wx", "meta")
 
 _PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")

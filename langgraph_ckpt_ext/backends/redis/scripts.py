@@ -17,19 +17,19 @@ from __future__ import annotations
 
 # KEYS: 1 ix (zset "ns\0cid"), 2 ord (zset "cid\0ns"), 3 cp (hash "ns\0cid" -> row),
 # 4 bl (hash "ns\0ch\0ver" -> blob), 5 wr (hash "ns\0cid\0task\0idx" -> write),
-# 6 wx (zset of wr fields), 7 rn (zset "run\0ns\0cid"), 8 meta (hash: gen, pinned, exp).
+# 6 wx (zset of wr fields), 7 meta (hash: gen, pinned, exp).
 _PRELUDE = r"""
 local function expire_all(ttl)
   -- Every write leaves all of a thread's keys with one deadline, or none; meta's `exp` field
   -- says which, so a write without a TTL costs nothing here.
-  local m = redis.call('HMGET', KEYS[8], 'pinned', 'exp')
+  local m = redis.call('HMGET', KEYS[7], 'pinned', 'exp')
   if m[1] or ttl == '' then
     if m[2] then
       for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
-      redis.call('HDEL', KEYS[8], 'exp')
+      redis.call('HDEL', KEYS[7], 'exp')
     end
   else
-    if not m[2] then redis.call('HSET', KEYS[8], 'exp', '1') end
+    if not m[2] then redis.call('HSET', KEYS[7], 'exp', '1') end
     -- One absolute deadline for every key: the thread expires whole, never in part.
     local t = redis.call('TIME')
     local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ttl)
@@ -90,18 +90,17 @@ local function drop_writes(ns, cid)
   redis.call('ZREMRANGEBYLEX', KEYS[6], lo, hi)
 end
 
-local function index_row(ns, cid, run)
+local function index_row(ns, cid)
   redis.call('ZADD', KEYS[1], 0, ns .. '\0' .. cid)
   redis.call('ZADD', KEYS[2], 0, cid .. '\0' .. ns)
-  if run ~= '' then redis.call('ZADD', KEYS[7], 0, run .. '\0' .. ns .. '\0' .. cid) end
 end
 """
 
-# ARGV: ttl_ms|'', ns, cid, row, run_id|'', blobs: one string of records
+# ARGV: ttl_ms|'', ns, cid, row, blobs: one string of records
 # `channel \0 version \0 base|'' \0 length \0 value` (one argument: fewer to pack client-side).
 # Returns the channels whose append-delta base is gone (nothing written then), or {}.
 PUT = _PRELUDE + r"""
-local ttl, ns, cid, row, run, packed = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local ttl, ns, cid, row, packed = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local bases, base_of, sets, p = {}, {}, {}, 1
 while p <= #packed do
   local a = string.find(packed, '\0', p, true)
@@ -118,18 +117,16 @@ while p <= #packed do
   sets[#sets + 1] = string.sub(packed, d + 1, d + n)
   p = d + n + 1
 end
-if #bases > 0 then
-  local found = redis.call('HMGET', KEYS[4], unpack(bases))
-  local missing = {}
-  for i = 1, #bases do
-    if not found[i] then missing[#missing + 1] = base_of[i] end
-  end
-  if #missing > 0 then return missing end
+-- HEXISTS, not HMGET: a base can be a whole list, which need not be copied into Lua.
+local missing = {}
+for i = 1, #bases do
+  if redis.call('HEXISTS', KEYS[4], bases[i]) == 0 then missing[#missing + 1] = base_of[i] end
 end
+if #missing > 0 then return missing end
 if #sets > 0 then redis.call('HSET', KEYS[4], unpack(sets)) end
 redis.call('HSET', KEYS[3], ns .. '\0' .. cid, row)
-index_row(ns, cid, run)
-redis.call('HINCRBY', KEYS[8], 'gen', 1)
+index_row(ns, cid)
+redis.call('HINCRBY', KEYS[7], 'gen', 1)
 expire_all(ttl)
 return {}
 """
@@ -153,7 +150,7 @@ while p <= #packed do
   redis.call('ZADD', KEYS[6], 0, field)
   p = b + vl + 1
 end
-redis.call('HINCRBY', KEYS[8], 'gen', 1)
+redis.call('HINCRBY', KEYS[7], 'gen', 1)
 expire_all(ARGV[1])
 return 1
 """
@@ -244,12 +241,16 @@ end
 return out
 """
 
-# ARGV: run ids. Returns {ns\0cid, ...} of this thread's checkpoints of those runs.
+# ARGV: run ids. Returns {ns\0cid, ...} of this thread's checkpoints of those runs. It reads
+# every row of the thread: delete_for_runs is rare, and a per-thread run index would cost every
+# put a write.
 FIND_RUNS = _PRELUDE + r"""
-local out = {}
-for i = 1, #ARGV do
-  local ms = redis.call('ZRANGEBYLEX', KEYS[7], '[' .. ARGV[i] .. '\0', '(' .. ARGV[i] .. '\1')
-  for _, m in ipairs(ms) do out[#out + 1] = string.sub(m, #ARGV[i] + 2) end
+local wanted, out = {}, {}
+for i = 1, #ARGV do wanted[ARGV[i]] = true end
+local all = redis.call('HGETALL', KEYS[3])
+for i = 1, #all, 2 do
+  local _, run = split_row(all[i + 1])
+  if wanted[run] then out[#out + 1] = all[i] end
 end
 return out
 """
@@ -263,29 +264,24 @@ for i = 1, #all, 2 do
   refs[#refs + 1] = all[i]
   refs[#refs + 1] = string.sub(v, 1, string.find(v, '\0', 1, true) - 1)
 end
-return {redis.call('HGET', KEYS[8], 'gen') or '0', redis.call('HGETALL', KEYS[3]), refs}
+return {redis.call('HGET', KEYS[7], 'gen') or '0', redis.call('HGETALL', KEYS[3]), refs}
 """
 
 # ARGV: gen, n, n x (ns, cid) victims, then dead blob fields. Applies only if the thread is
 # still at `gen` (nothing written since the plan); returns 1, or 0 to re-plan.
 DELETE_CHECKPOINTS = _PRELUDE + r"""
-if (redis.call('HGET', KEYS[8], 'gen') or '0') ~= ARGV[1] then return 0 end
+if (redis.call('HGET', KEYS[7], 'gen') or '0') ~= ARGV[1] then return 0 end
 local n = tonumber(ARGV[2])
 for i = 3, 2 + 2 * n, 2 do
   local ns, cid = ARGV[i], ARGV[i + 1]
   local f = ns .. '\0' .. cid
-  local row = redis.call('HGET', KEYS[3], f)
-  if row then
-    local _, run = split_row(row)
-    if run ~= '' then redis.call('ZREM', KEYS[7], run .. '\0' .. f) end
-    redis.call('HDEL', KEYS[3], f)
-  end
+  redis.call('HDEL', KEYS[3], f)
   redis.call('ZREM', KEYS[1], f)
   redis.call('ZREM', KEYS[2], cid .. '\0' .. ns)
   drop_writes(ns, cid)
 end
 for i = 3 + 2 * n, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i]) end
-redis.call('HINCRBY', KEYS[8], 'gen', 1)
+redis.call('HINCRBY', KEYS[7], 'gen', 1)
 return 1
 """
 
@@ -303,8 +299,7 @@ for _ = 1, n_rows do
   local f, row = ARGV[i], ARGV[i + 1]
   if redis.call('HSETNX', KEYS[3], f, row) == 1 then
     local p = string.find(f, '\0', 1, true)
-    local _, run = split_row(row)
-    index_row(string.sub(f, 1, p - 1), string.sub(f, p + 1), run)
+    index_row(string.sub(f, 1, p - 1), string.sub(f, p + 1))
   end
   i = i + 2
 end
@@ -314,7 +309,7 @@ while i < #ARGV do
   redis.call('ZADD', KEYS[6], 0, ARGV[i])
   i = i + 2
 end
-redis.call('HINCRBY', KEYS[8], 'gen', 1)
+redis.call('HINCRBY', KEYS[7], 'gen', 1)
 expire_all(ARGV[1])
 return 1
 """
@@ -326,9 +321,9 @@ return redis.call('DEL', unpack(KEYS))
 # ARGV: '1' to pin | '' to unpin, ttl.
 PIN = _PRELUDE + r"""
 if ARGV[1] == '1' then
-  redis.call('HSET', KEYS[8], 'pinned', '1')
+  redis.call('HSET', KEYS[7], 'pinned', '1')
 else
-  redis.call('HDEL', KEYS[8], 'pinned')
+  redis.call('HDEL', KEYS[7], 'pinned')
 end
 expire_all(ARGV[2])
 return 1

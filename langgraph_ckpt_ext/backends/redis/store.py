@@ -319,7 +319,7 @@ class RedisStore:
             records = b"".join(parts)
             missing = await self._call(
                 "PUT", keys,
-                [self._ttl_arg, ns, row.checkpoint_id, packed, row.run_id or "", records],
+                [self._ttl_arg, ns, row.checkpoint_id, packed, records],
             )
             if not missing:
                 break
