@@ -45,10 +45,16 @@ local function split_row(row)
   return string.sub(row, 1, p1 - 1), string.sub(row, p1 + 1, p2 - 1), string.sub(row, p3 + 1, p3 + n)
 end
 
-local function latest(ns)
-  local m = redis.call('ZREVRANGEBYLEX', KEYS[1], '(' .. ns .. '\1', '[' .. ns .. '\0', 'LIMIT', 0, 1)
-  if #m == 0 then return nil end
-  return string.sub(m[1], #ns + 2)
+-- The checkpoint `cid` of namespace `ns` (its newest when cid is ''): cid, row; or nil.
+local function find_row(ns, cid)
+  if cid == '' then
+    local m = redis.call('ZREVRANGEBYLEX', KEYS[1], '(' .. ns .. '\1', '[' .. ns .. '\0', 'LIMIT', 0, 1)
+    if #m == 0 then return nil end
+    cid = string.sub(m[1], #ns + 2)
+  end
+  local row = redis.call('HGET', KEYS[3], ns .. '\0' .. cid)
+  if not row then return nil end
+  return cid, row
 end
 
 -- Blobs for a flat list {ch, ver, ch, ver, ...} and every append-delta base they need:
@@ -158,15 +164,11 @@ return 1
 # ARGV: ns, cid|'', then (channel, version) pairs the caller holds (not read). Returns false,
 # or {cid, row, {ch, ver, blob, ...}, {field, write, ...}}.
 GET_TUPLE = _PRELUDE + r"""
-local ns, cid = ARGV[1], ARGV[2]
+local ns = ARGV[1]
+local cid, row = find_row(ns, ARGV[2])
+if not cid then return false end
 local held = {}
 for i = 3, #ARGV, 2 do held[ARGV[i] .. '\0' .. ARGV[i + 1]] = true end
-if cid == '' then
-  cid = latest(ns)
-  if not cid then return false end
-end
-local row = redis.call('HGET', KEYS[3], ns .. '\0' .. cid)
-if not row then return false end
 local _, _, names = split_row(row)
 local list, ch = {}, nil
 for item in string.gmatch(names, '([^%z]*)%z') do
@@ -182,13 +184,8 @@ return {cid, row, blobs(ns, list), writes(ns, cid)}
 
 # ARGV: ns, cid|''. Returns false or {cid, row}.
 GET_ROW = _PRELUDE + r"""
-local ns, cid = ARGV[1], ARGV[2]
-if cid == '' then
-  cid = latest(ns)
-  if not cid then return false end
-end
-local row = redis.call('HGET', KEYS[3], ns .. '\0' .. cid)
-if not row then return false end
+local cid, row = find_row(ARGV[1], ARGV[2])
+if not cid then return false end
 return {cid, row}
 """
 
