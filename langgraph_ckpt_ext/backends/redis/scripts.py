@@ -102,31 +102,21 @@ local function index_row(ns, cid)
 end
 """
 
-# ARGV: ttl_ms|'', ns, cid, row, blobs: one string of records
-# `channel \0 version \0 base|'' \0 length \0 value` (one argument: fewer to pack client-side).
-# Returns the channels whose append-delta base is gone (nothing written then), or {}.
+# ARGV: ttl_ms|'', ns, cid, row, heads, then one value per blob; heads is one string of
+# `channel \0 version \0 base|'' \0` per blob (values stay separate arguments, so that Lua
+# never copies them). Returns the channels whose append-delta base is gone (nothing written
+# then), or {}.
 PUT = _PRELUDE + r"""
-local ttl, ns, cid, row, packed = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local bases, base_of, sets, p = {}, {}, {}, 1
-while p <= #packed do
-  local a = string.find(packed, '\0', p, true)
-  local b = string.find(packed, '\0', a + 1, true)
-  local c = string.find(packed, '\0', b + 1, true)
-  local d = string.find(packed, '\0', c + 1, true)
-  local ch, base = string.sub(packed, p, a - 1), string.sub(packed, b + 1, c - 1)
-  local n = tonumber(string.sub(packed, c + 1, d - 1))
-  if base ~= '' then
-    bases[#bases + 1] = ns .. '\0' .. ch .. '\0' .. base
-    base_of[#bases] = ch
+local ttl, ns, cid, row = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local missing, sets, i = {}, {}, 6
+for ch, ver, base in string.gmatch(ARGV[5], '([^%z]*)%z([^%z]*)%z([^%z]*)%z') do
+  -- HEXISTS, not HMGET: a base can be a whole list, which need not be copied into Lua.
+  if base ~= '' and redis.call('HEXISTS', KEYS[4], ns .. '\0' .. ch .. '\0' .. base) == 0 then
+    missing[#missing + 1] = ch
   end
-  sets[#sets + 1] = ns .. '\0' .. ch .. '\0' .. string.sub(packed, a + 1, b - 1)
-  sets[#sets + 1] = string.sub(packed, d + 1, d + n)
-  p = d + n + 1
-end
--- HEXISTS, not HMGET: a base can be a whole list, which need not be copied into Lua.
-local missing = {}
-for i = 1, #bases do
-  if redis.call('HEXISTS', KEYS[4], bases[i]) == 0 then missing[#missing + 1] = base_of[i] end
+  sets[#sets + 1] = ns .. '\0' .. ch .. '\0' .. ver
+  sets[#sets + 1] = ARGV[i]
+  i = i + 1
 end
 if #missing > 0 then return missing end
 if #sets > 0 then redis.call('HSET', KEYS[4], unpack(sets)) end

@@ -86,10 +86,6 @@ def _blobs(flat: Sequence[bytes]) -> dict[tuple[str, str], BlobRow]:
     return out
 
 
-def _blob_value(blob: BlobRow) -> bytes:
-    return _b(blob.base_version or "") + b"\0" + _b(blob.type) + b"\0" + blob.data
-
-
 def _write_field(w: WriteRow) -> bytes:
     return b"\0".join((_b(w.checkpoint_ns), _b(w.checkpoint_id), _b(w.task_id), b"%d" % w.idx))
 
@@ -311,15 +307,10 @@ class RedisStore:
         keys = self.keys(tid)
         fell_back: set[str] = set()
         while True:
-            parts: list[bytes] = []
-            for b in blobs:
-                base = b.base_version or ""
-                value = _b(f"{base}\0{b.type}\0") + b.data
-                parts += (_b(f"{b.channel}\0{b.version}\0{base}\0{len(value)}\0"), value)
-            records = b"".join(parts)
+            heads = _b("".join(f"{b.channel}\0{b.version}\0{b.base_version or ''}\0" for b in blobs))
+            values = [_b(f"{b.base_version or ''}\0{b.type}\0") + b.data for b in blobs]
             missing = await self._call(
-                "PUT", keys,
-                [self._ttl_arg, ns, row.checkpoint_id, packed, records],
+                "PUT", keys, [self._ttl_arg, ns, row.checkpoint_id, packed, heads, *values]
             )
             if not missing:
                 break
