@@ -8,14 +8,14 @@ import hashlib
 import math
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import ormsgpack
 import redis.asyncio as aredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...core.codec import writes_order
@@ -102,10 +102,6 @@ def _writes(thread_id: str, flat: Sequence[bytes]) -> dict[str, list[WriteRow]]:
     return out
 
 
-def _bound(value: bytes | None, inclusive: bool) -> tuple[bytes | None, bool]:
-    return value, inclusive
-
-
 def _tightest(*bounds: tuple[bytes | None, bool]) -> bytes:
     """The lowest of several upper bounds (None: unbounded) as a ZREVRANGEBYLEX max."""
     best: tuple[bytes | None, bool] = (None, True)
@@ -182,15 +178,11 @@ class RedisStore:
             return self._given
         return await self._clients.open()
 
-    async def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        script = _S[name]
+    async def _retrying(self, op: Callable[[Client], Awaitable[Any]]) -> Any:
+        """Run `op` on this loop's client; a lost connection is retried, then reported."""
         for attempt in range(_ATTEMPTS):
             try:
-                client = await self._client()
-                try:
-                    return await client.evalsha(script.sha, len(keys), *keys, *args)
-                except NoScriptError:
-                    return await client.eval(script.source, len(keys), *keys, *args)
+                return await op(await self._client())
             except _LOST as exc:
                 if attempt == _ATTEMPTS - 1:
                     raise StoreUnavailableError(
@@ -201,19 +193,19 @@ class RedisStore:
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
 
-    async def _command(self, *args: Any) -> Any:
-        for attempt in range(_ATTEMPTS):
+    async def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        script = _S[name]
+
+        async def op(client: Client) -> Any:
             try:
-                client = await self._client()
-                return await client.execute_command(*args)
-            except _LOST as exc:
-                if attempt == _ATTEMPTS - 1:
-                    raise StoreUnavailableError(
-                        f"Redis unreachable ({type(exc).__name__}: {exc}); retry once the "
-                        "server is back"
-                    ) from exc
-                await asyncio.sleep(0.2 * (attempt + 1))
-        raise AssertionError("unreachable")
+                return await client.evalsha(script.sha, len(keys), *keys, *args)
+            except NoScriptError:  # a new or restarted server: EVAL caches the script
+                return await client.eval(script.source, len(keys), *keys, *args)
+
+        return await self._retrying(op)
+
+    async def _command(self, *args: Any) -> Any:
+        return await self._retrying(lambda client: client.execute_command(*args))
 
     def keys(self, thread_id: str) -> tuple[str, ...]:
         return thread_keys(self.prefix, thread_id)
@@ -477,24 +469,24 @@ class RedisStore:
             if ns is not None:
                 head = _b(ns) + b"\0"
                 index, low = "ix", b"[" + head
-                uppers = [_bound(head[:-1] + b"\1", False)]
+                uppers: list[tuple[bytes | None, bool]] = [(head[:-1] + b"\1", False)]
                 if cid is not None:
                     low = b"[" + head + _b(cid)
-                    uppers.append(_bound(head + _b(cid), True))
+                    uppers.append((head + _b(cid), True))
                 if before is not None:
-                    uppers.append(_bound(head + _b(before), False))
+                    uppers.append((head + _b(before), False))
                 if cursor is not None:
-                    uppers.append(_bound(head + _b(cursor[0]), tid < cursor[2]))
+                    uppers.append((head + _b(cursor[0]), tid < cursor[2]))
             else:
                 index, low = "ord", b"-"
                 uppers = []
                 if cid is not None:
                     low = b"[" + _b(cid) + b"\0"
-                    uppers.append(_bound(_b(cid) + b"\1", False))
+                    uppers.append((_b(cid) + b"\1", False))
                 if before is not None:
-                    uppers.append(_bound(_b(before), False))
+                    uppers.append((_b(before), False))
                 if cursor is not None:
-                    uppers.append(_bound(_b(cursor[0]) + b"\0" + _b(cursor[1]), tid < cursor[2]))
+                    uppers.append((_b(cursor[0]) + b"\0" + _b(cursor[1]), tid < cursor[2]))
             flat = await self._call(
                 "PAGE", self.keys(tid), [index, _tightest(*uppers), low, _PAGE]
             )
@@ -572,5 +564,3 @@ def _clone(client: Client) -> Client:
         connection_pool=type(pool)(connection_class=pool.connection_class, **pool.connection_kwargs)
     )
 
-
-__all__ = ["RedisStore", "ResponseError"]
