@@ -30,6 +30,17 @@ if TYPE_CHECKING:
     from .backends.redis import RedisCheckpointer
     from .backends.sqlite import SQLiteCheckpointer
     from .connect import connect
+    from .state import (
+        AgentSnapshot,
+        AgentState,
+        MemoryRef,
+        PlanStep,
+        ToolCall,
+        ToolSpec,
+        WorkingMemory,
+        aload_agent_state,
+        load_agent_state,
+    )
 
 _LAZY = {
     "InMemoryCheckpointer": ".backends.memory",
@@ -37,22 +48,38 @@ _LAZY = {
     "PostgresCheckpointer": ".backends.postgres",
     "RedisCheckpointer": ".backends.redis",
     "connect": ".connect",
+    **dict.fromkeys(
+        (
+            "AgentSnapshot", "AgentState", "MemoryRef", "PlanStep", "ToolCall", "ToolSpec",
+            "WorkingMemory", "aload_agent_state", "load_agent_state",
+        ),
+        ".state",
+    ),
 }
 
 __all__ = [
+    "AgentSnapshot",
+    "AgentState",
     "CheckpointerError",
     "CorruptBlobError",
     "InMemoryCheckpointer",
     "InvalidConfigError",
     "InvalidFilterError",
+    "MemoryRef",
     "MissingDependencyError",
+    "PlanStep",
     "PostgresCheckpointer",
     "RedisCheckpointer",
     "SQLiteCheckpointer",
     "SerializationError",
     "StorageVersionError",
     "StoreUnavailableError",
+    "ToolCall",
+    "ToolSpec",
+    "WorkingMemory",
+    "aload_agent_state",
     "connect",
+    "load_agent_state",
 ]
 
 __version__ = "0.1.0"

@@ -65,6 +65,8 @@ class PerLoop(Generic[T]):
                 self._clients = {k: v for k, v in self._clients.items() if v is not client}
         current = asyncio.get_running_loop()
         for loop, client in owned:
+            if loop.is_closed():
+                continue  # its loop is gone, and with it any way to close it: left to GC
             if loop is current:
                 await self._closer(client)
             elif loop.is_running():

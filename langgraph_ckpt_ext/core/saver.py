@@ -42,10 +42,19 @@ T = TypeVar("T")
 _PAGE = 32  # rows decoded together by `list` and by the delta-channel walk
 
 
+# The typed parts of our `AgentState` (frozen pydantic models, extra fields refused): always
+# safe to construct, wherever LangGraph's schema walk misses them (an Annotated reducer field).
+_OWN_TYPES = tuple(
+    ("langgraph_ckpt_ext.state", name)
+    for name in ("PlanStep", "ToolSpec", "ToolCall", "MemoryRef", "WorkingMemory")
+)
+
+
 def strict_serde() -> SerializerProtocol:
-    """LangGraph's serializer, strict: a stored blob may construct only LangGraph's safe types
-    and those the graph's state schema allows (LangGraph adds them when the graph compiles)."""
-    return JsonPlusSerializer(allowed_msgpack_modules=None)
+    """LangGraph's serializer, strict: a stored blob may construct only LangGraph's safe types,
+    the typed parts of our `AgentState`, and the types the graph's state schema allows (LangGraph
+    adds those when the graph compiles)."""
+    return JsonPlusSerializer(allowed_msgpack_modules=_OWN_TYPES)
 
 
 class StoreCheckpointer(BaseCheckpointSaver[str]):
