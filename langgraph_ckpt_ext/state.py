@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, TypedDict
 
 from langchain_core.messages import AnyMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.graph.message import add_messages
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -175,12 +175,15 @@ class AgentSnapshot(BaseModel):
     """When the checkpoint read was written (the checkpoint's `ts`, UTC)."""
 
 
-def _snapshot(values: dict[str, Any], checkpoint_id: str, ts: str) -> AgentSnapshot:
-    fields = {k: v for k, v in values.items() if k in AgentSnapshot.model_fields}
-    when = datetime.fromisoformat(ts)
+def _snapshot(tup: CheckpointTuple | None) -> AgentSnapshot | None:
+    if tup is None:
+        return None
+    ckpt = tup.checkpoint
+    fields = {k: v for k, v in ckpt["channel_values"].items() if k in AgentSnapshot.model_fields}
+    when = datetime.fromisoformat(str(ckpt["ts"]))
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    return AgentSnapshot(**fields, checkpoint_id=checkpoint_id, last_checkpoint=when)
+    return AgentSnapshot(**fields, checkpoint_id=str(ckpt["id"]), last_checkpoint=when)
 
 
 def load_agent_state(
@@ -188,19 +191,11 @@ def load_agent_state(
 ) -> AgentSnapshot | None:
     """The thread's state at `config` (its newest checkpoint without a `checkpoint_id`), typed;
     None for a thread with no checkpoint."""
-    tup = checkpointer.get_tuple(config)
-    if tup is None:
-        return None
-    ckpt = tup.checkpoint
-    return _snapshot(dict(ckpt["channel_values"]), str(ckpt["id"]), str(ckpt["ts"]))
+    return _snapshot(checkpointer.get_tuple(config))
 
 
 async def aload_agent_state(
     checkpointer: BaseCheckpointSaver[Any], config: RunnableConfig
 ) -> AgentSnapshot | None:
     """Async twin of `load_agent_state`."""
-    tup = await checkpointer.aget_tuple(config)
-    if tup is None:
-        return None
-    ckpt = tup.checkpoint
-    return _snapshot(dict(ckpt["channel_values"]), str(ckpt["id"]), str(ckpt["ts"]))
+    return _snapshot(await checkpointer.aget_tuple(config))

@@ -119,10 +119,7 @@ class RedisCheckpointer(StoreCheckpointer):
 
     async def athread_keys(self, thread_id: str) -> list[str]:
         """The keys holding a thread (those that exist), e.g. for `MEMORY USAGE`."""
-        keys = self.store.keys(str(thread_id))
-        client = await self.store._client()
-        found = [await client.exists(k) for k in keys]
-        return [k for k, n in zip(keys, found, strict=True) if n]
+        return await self.store.existing_keys(str(thread_id))
 
     def thread_keys(self, thread_id: str) -> list[str]:
         return self._sync(self.athread_keys(thread_id))

@@ -329,3 +329,12 @@ if t < 0 then return t end
 local now = redis.call('TIME')
 return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + t
 """
+
+# The thread's keys that exist.
+EXISTING = r"""
+local out = {}
+for i = 1, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then out[#out + 1] = KEYS[i] end
+end
+return out
+"""

@@ -45,7 +45,7 @@ class _Script:
 _S = {name: _Script(getattr(scripts, name)) for name in (
     "PUT", "PUT_WRITES", "GET_TUPLE", "GET_ROW", "GET_BLOBS", "GET_WRITES", "GET_ANCESTORS",
     "PAGE", "FIND_RUNS", "SNAPSHOT", "DELETE_CHECKPOINTS", "DUMP", "LOAD", "DELETE_THREAD",
-    "PIN", "TOUCH", "DEADLINE",
+    "PIN", "TOUCH", "DEADLINE", "EXISTING",
 )}
 
 
@@ -102,17 +102,13 @@ def _writes(thread_id: str, flat: Sequence[bytes]) -> dict[str, list[WriteRow]]:
     return out
 
 
-def _tightest(*bounds: tuple[bytes | None, bool]) -> bytes:
-    """The lowest of several upper bounds (None: unbounded) as a ZREVRANGEBYLEX max."""
-    best: tuple[bytes | None, bool] = (None, True)
-    for value, inclusive in bounds:
-        if value is None:
-            continue
-        if best[0] is None or value < best[0] or (value == best[0] and not inclusive):
-            best = (value, inclusive)
-    if best[0] is None:
+def _tightest(bounds: Sequence[tuple[bytes, bool]]) -> bytes:
+    """The lowest of several (value, inclusive) upper bounds as a ZREVRANGEBYLEX max ("+" for
+    none); of two equal values, the exclusive one."""
+    if not bounds:
         return b"+"
-    return (b"[" if best[1] else b"(") + best[0]
+    value, inclusive = min(bounds, key=lambda b: (b[0], b[1]))
+    return (b"[" if inclusive else b"(") + value
 
 
 class RedisStore:
@@ -209,6 +205,10 @@ class RedisStore:
 
     def keys(self, thread_id: str) -> tuple[str, ...]:
         return thread_keys(self.prefix, thread_id)
+
+    async def existing_keys(self, thread_id: str) -> list[str]:
+        """The keys of a thread that exist now (one round trip)."""
+        return [_s(k) for k in await self._call("EXISTING", self.keys(thread_id), [])]
 
     @property
     def _ttl_arg(self) -> str:
@@ -469,7 +469,7 @@ class RedisStore:
             if ns is not None:
                 head = _b(ns) + b"\0"
                 index, low = "ix", b"[" + head
-                uppers: list[tuple[bytes | None, bool]] = [(head[:-1] + b"\1", False)]
+                uppers: list[tuple[bytes, bool]] = [(head[:-1] + b"\1", False)]
                 if cid is not None:
                     low = b"[" + head + _b(cid)
                     uppers.append((head + _b(cid), True))
@@ -488,7 +488,7 @@ class RedisStore:
                 if cursor is not None:
                     uppers.append((_b(cursor[0]) + b"\0" + _b(cursor[1]), tid < cursor[2]))
             flat = await self._call(
-                "PAGE", self.keys(tid), [index, _tightest(*uppers), low, _PAGE]
+                "PAGE", self.keys(tid), [index, _tightest(uppers), low, _PAGE]
             )
             return [_field_row(tid, flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
 
