@@ -68,7 +68,9 @@ def test_terminated_connections_mid_run() -> None:
             assert len(snap.values.get("messages", [])) in (2 * turns, 2 * turns + 1)
         out = graph.invoke({"messages": [human("after the storm")]}, config)
         assert out["messages"][-1].content == "echo: after the storm"
-        assert out["turns"] == 61 - len(failures)
+        # A failed call may still have committed: the connection can drop after the server
+        # committed and before the client heard it. Never more than every turn, though.
+        assert 61 - len(failures) <= out["turns"] <= 61
     finally:
         saver.close()
         drop_pg_schemas(schema)
