@@ -11,6 +11,7 @@ import pytest
 
 from langgraph_ckpt_ext import InvalidConfigError, PostgresCheckpointer
 from langgraph_ckpt_ext.backends.postgres import StoreUnavailableError
+from langgraph_ckpt_ext.backends.postgres.migrations import LATEST
 
 from .conftest import PG_DSN, drop_pg_schemas, pg_schema
 from .graphs import chat_graph, human
@@ -118,7 +119,7 @@ def test_setup_is_idempotent_and_concurrent() -> None:
         for t in threads:
             t.join()
         assert not errors and len(savers) == 4
-        assert {s.setup() for s in savers} == {1}
+        assert {s.setup() for s in savers} == {LATEST}
         for s in savers:
             s.close()
     finally:

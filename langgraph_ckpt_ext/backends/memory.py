@@ -10,9 +10,10 @@ from dataclasses import replace
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..core.codec import writes_order
-from ..core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
+from ..core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
 from ..core.saver import StoreCheckpointer
 from ..core.store import GcPlanner
+from ..migrations import SchemaChain
 
 _NsKey = tuple[str, str]  # (thread_id, checkpoint_ns)
 
@@ -28,19 +29,24 @@ class MemoryStore:
         self.blobs: dict[_NsKey, dict[tuple[str, str], BlobRow]] = defaultdict(dict)
         self.writes: dict[tuple[str, str, str], dict[tuple[str, int], WriteRow]] = defaultdict(dict)
         self.latest: dict[_NsKey, str] = {}  # newest checkpoint id per namespace
+        self.migrations: dict[tuple[str, str, str, int], MigrationEntry] = {}
         self._lock = threading.RLock()
 
-    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
+    def _put_blobs(self, thread_id: str, ns: str, blobs: Sequence[BlobRow]) -> set[str]:
         fell_back: set[str] = set()
+        stored = self.blobs[(thread_id, ns)]
+        for blob in blobs:
+            if blob.base_version is not None and (blob.channel, blob.base_version) not in stored:
+                assert blob.full is not None
+                blob = BlobRow(blob.channel, blob.version, *blob.full())
+                fell_back.add(blob.channel)
+            # Keep only the bytes: `full` holds the whole value it was made from.
+            stored[(blob.channel, blob.version)] = replace(blob, full=None)
+        return fell_back
+
+    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
         with self._lock:
-            stored = self.blobs[(row.thread_id, row.checkpoint_ns)]
-            for blob in blobs:
-                if blob.base_version is not None and (blob.channel, blob.base_version) not in stored:
-                    assert blob.full is not None
-                    blob = BlobRow(blob.channel, blob.version, *blob.full())
-                    fell_back.add(blob.channel)
-                # Keep only the bytes: `full` holds the whole value it was made from.
-                stored[(blob.channel, blob.version)] = replace(blob, full=None)
+            fell_back = self._put_blobs(row.thread_id, row.checkpoint_ns, blobs)
             key = (row.thread_id, row.checkpoint_ns)
             self.checkpoints[key][row.checkpoint_id] = row
             if self.latest.get(key, "") < row.checkpoint_id:
@@ -158,6 +164,8 @@ class MemoryStore:
                 del self.blobs[ns_key]
             for w_key in [k for k in self.writes if k[0] == thread_id]:
                 del self.writes[w_key]
+            for m_key in [k for k in self.migrations if k[0] == thread_id]:
+                del self.migrations[m_key]
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         with self._lock:
@@ -216,6 +224,32 @@ class MemoryStore:
             for ns, channel, version in gc(remaining, refs):
                 self.blobs[(thread_id, ns)].pop((channel, version), None)
 
+    async def rewrite_checkpoint(
+        self,
+        row: CheckpointRow,
+        blobs: Sequence[BlobRow],
+        writes: Sequence[WriteRow] | None,
+        entry: MigrationEntry,
+    ) -> bool:
+        key = (row.thread_id, row.checkpoint_ns)
+        with self._lock:
+            if entry.key in self.migrations or row.checkpoint_id not in self.checkpoints.get(key, {}):
+                return False
+            self._put_blobs(row.thread_id, row.checkpoint_ns, blobs)
+            self.checkpoints[key][row.checkpoint_id] = row
+            if writes is not None:
+                bucket = self.writes[(row.thread_id, row.checkpoint_ns, row.checkpoint_id)]
+                bucket.clear()
+                for w in writes:
+                    bucket[(w.task_id, w.idx)] = w
+            self.migrations[entry.key] = entry
+            return True
+
+    async def read_migrations(self, thread_id: str | None = None) -> list[MigrationEntry]:
+        with self._lock:
+            found = [m for m in self.migrations.values() if thread_id in (None, m.thread_id)]
+        return sorted(found, key=lambda m: (m.migrated_at, *m.key))
+
     async def migrate(self) -> int:
         return 0  # nothing persists, so there is nothing to migrate
 
@@ -234,8 +268,16 @@ class InMemoryCheckpointer(StoreCheckpointer):
         >>> graph = builder.compile(checkpointer=InMemoryCheckpointer())  # doctest: +SKIP
     """
 
-    def __init__(self, *, serde: SerializerProtocol | None = None, snapshot_every: int = 256) -> None:
-        super().__init__(MemoryStore(), serde=serde, snapshot_every=snapshot_every)
+    def __init__(
+        self,
+        *,
+        serde: SerializerProtocol | None = None,
+        snapshot_every: int = 256,
+        schema_chain: SchemaChain | None = None,
+    ) -> None:
+        super().__init__(
+            MemoryStore(), serde=serde, snapshot_every=snapshot_every, schema_chain=schema_chain
+        )
 
     @property
     def store(self) -> MemoryStore:

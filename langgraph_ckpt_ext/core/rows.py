@@ -68,6 +68,24 @@ class WriteRow:
 
 
 @dataclass(frozen=True, slots=True)
+class MigrationEntry:
+    """One state-schema migration of one stored checkpoint, as logged by the backend."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    from_version: int
+    to_version: int
+    migrated_at: float
+    """When, in seconds since the epoch (UTC)."""
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        """What makes an entry unique: a checkpoint migrates to a version at most once."""
+        return (self.thread_id, self.checkpoint_ns, self.checkpoint_id, self.to_version)
+
+
+@dataclass(frozen=True, slots=True)
 class ListQuery:
     """Which checkpoint rows `Store.iter_checkpoints` yields, newest first."""
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import builtins
 from collections import defaultdict
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -35,7 +35,12 @@ from .errors import InvalidConfigError
 from .filters import matches, validate_filter
 from .rows import BlobRef, CheckpointRow, ListQuery
 from .store import BlobKey, Store
-from .versions import Version, next_version
+from .versions import Version, is_upgraded, next_version, plain, upgraded_version
+
+if TYPE_CHECKING:
+    from ..migrations import SchemaChain
+    from ..migrations.runner import MigrationProgress, MigrationReport
+    from .rows import MigrationEntry
 
 T = TypeVar("T")
 
@@ -65,6 +70,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         serde: serializer for every stored value (default: strict `JsonPlusSerializer`).
         snapshot_every: a list channel grown by appending is stored as deltas, with a full
             value at least every `snapshot_every` versions (a power of two).
+        schema_chain: the state schema's version and upcasters (`SchemaChain`): checkpoints
+            are stamped with its current version, older ones are upgraded when read, and
+            `migrate_threads` rewrites them in storage.
     """
 
     def __init__(
@@ -74,8 +82,10 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         snapshot_every: int = 256,
         bridge: Bridge | None = None,
+        schema_chain: SchemaChain | None = None,
     ) -> None:
         super().__init__(serde=serde or strict_serde())
+        self.schema_chain = schema_chain
         self._store = store
         # A store that resolves blobs server-side needs each row's channel versions.
         self._row_versions = bool(getattr(store, "wants_versions", False))
@@ -161,6 +171,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         ns = checkpoint_ns_of(config)
         checkpoint_id = str(checkpoint["id"])
         md = get_serializable_checkpoint_metadata(config, metadata)
+        if self.schema_chain is not None:
+            md["schema_version"] = self.schema_chain.current  # type: ignore[typeddict-unknown-key]
+        checkpoint, new_versions = _store_upgraded(checkpoint, new_versions)
         header = codec.encode_header(self.serde, checkpoint)
         md_typed = codec.dumps(self.serde, md, f"metadata of checkpoint {checkpoint_id!r}")
         blobs, plans = codec.encode_blobs(
@@ -256,18 +269,53 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         cached: Mapping[str, Any],
         writes: Sequence[Any],
         metadata: CheckpointMetadata | None = None,
+        upgrade: bool = True,
     ) -> CheckpointTuple:
         thread_id, ns, parent = row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id
         values = codec.resolve_blobs(self.serde, blobs, to_read)
         values.update(cached)
         checkpoint = cast(Checkpoint, {**header, "id": row.checkpoint_id, "channel_values": values})
-        return CheckpointTuple(
+        tup = CheckpointTuple(
             config=make_config(thread_id, ns, row.checkpoint_id),
             checkpoint=checkpoint,
             metadata=self._metadata(row) if metadata is None else metadata,
             parent_config=make_config(thread_id, ns, parent) if parent else None,
             pending_writes=codec.decode_writes(self.serde, writes),
         )
+        if upgrade and self.schema_chain is not None:
+            return self._upgrade(tup, self.schema_chain)
+        return tup
+
+    def _upgrade(self, tup: CheckpointTuple, chain: SchemaChain) -> CheckpointTuple:
+        """A checkpoint stored under an older state schema, as the current one sees it.
+
+        Channels whose value the upgrade changed or added get a fresh version marked as not
+        stored (`upgraded_version`): the next `put` of a checkpoint that still holds them
+        stores them, so a thread resumed from here keeps its upgraded values."""
+        stored = stored_schema_version(tup.metadata, chain, tup.checkpoint["id"])
+        if not chain.needs(stored):
+            return tup
+        old = tup.checkpoint["channel_values"]
+        values = chain.upgrade(old, stored)
+        old_versions = tup.checkpoint["channel_versions"]
+        versions = {ch: v for ch, v in old_versions.items() if ch in values or ch not in old}
+        bump: Version | None = None
+        for ch, value in values.items():
+            if ch not in old or value is not old[ch] or ch not in versions:
+                if bump is None:
+                    bump = upgraded_version(_max_version(old_versions.values()))
+                versions[ch] = bump
+        writes = [
+            (task, ch, v)
+            for task, channel, value in tup.pending_writes or ()
+            for ch, v in chain.upgrade_write(channel, value, stored)
+        ]
+        checkpoint = cast(
+            Checkpoint,
+            {**tup.checkpoint, "channel_values": values, "channel_versions": versions},
+        )
+        metadata = cast(CheckpointMetadata, {**tup.metadata, "schema_version": chain.current})
+        return tup._replace(checkpoint=checkpoint, metadata=metadata, pending_writes=writes)
 
     async def alist(
         self,
@@ -322,6 +370,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         self,
         rows: Sequence[CheckpointRow],
         metadata: Mapping[int, CheckpointMetadata] | None = None,
+        *,
+        upgrade: bool = True,
     ) -> builtins.list[CheckpointTuple]:
         """Checkpoint tuples for rows, with one blob read and one write read per namespace
         (`metadata`: what is already decoded, by index into `rows`)."""
@@ -340,7 +390,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
                 to_read, cached = split[i]
                 out[i] = self._tuple(
                     rows[i], headers[i], blobs, to_read, cached,
-                    writes.get(rows[i].checkpoint_id, []), (metadata or {}).get(i),
+                    writes.get(rows[i].checkpoint_id, []), (metadata or {}).get(i), upgrade,
                 )
         return out  # type: ignore[return-value]
 
@@ -466,6 +516,60 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
                     key = None if base is None else (key[0], key[1], base)
         return [k for k in by_key if k not in live]
 
+    # -- state-schema migration ------------------------------------------------------------
+
+    def migrate_threads(
+        self,
+        thread_ids: Sequence[str] | None = None,
+        *,
+        dry_run: bool = False,
+        progress: Callable[[MigrationProgress], None] | None = None,
+        concurrency: int = 4,
+    ) -> MigrationReport:
+        """Rewrite stored checkpoints older than `schema_chain.current` (of every thread, or of
+        `thread_ids`) to the current version: values, channel versions and pending writes.
+
+        Each checkpoint is rewritten and logged in one atomic step, at most once per version,
+        so a run that was interrupted finishes the job when started again; a second run finds
+        nothing to do. `dry_run` reports what would change without writing. `progress` is
+        called after each thread with a `MigrationProgress`.
+        """
+        return self._sync(
+            self.amigrate_threads(
+                thread_ids, dry_run=dry_run, progress=progress, concurrency=concurrency
+            )
+        )
+
+    async def amigrate_threads(
+        self,
+        thread_ids: Sequence[str] | None = None,
+        *,
+        dry_run: bool = False,
+        progress: Callable[[MigrationProgress], None] | None = None,
+        concurrency: int = 4,
+    ) -> MigrationReport:
+        from ..migrations.runner import migrate_threads
+
+        if self.schema_chain is None:
+            raise InvalidConfigError(
+                "migrate_threads needs the state schema's chain: pass schema_chain=SchemaChain("
+                "current, upcasters) to the checkpointer"
+            )
+        if isinstance(thread_ids, str):
+            raise InvalidConfigError("thread_ids is a list of thread ids, not one string")
+        return await migrate_threads(
+            self, self.schema_chain, thread_ids,
+            dry_run=dry_run, progress=progress, concurrency=concurrency,
+        )
+
+    def migration_log(self, thread_id: str | None = None) -> builtins.list[MigrationEntry]:
+        """The state-schema migrations stored checkpoints went through (of one thread, or of
+        all), oldest first: thread, namespace, checkpoint, from and to version, and when."""
+        return self._sync(self.amigration_log(thread_id))
+
+    async def amigration_log(self, thread_id: str | None = None) -> builtins.list[MigrationEntry]:
+        return await self._store.read_migrations(None if thread_id is None else str(thread_id))
+
     # -- lifecycle --------------------------------------------------------------------------
 
     def setup(self) -> int:
@@ -504,3 +608,46 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def stored_schema_version(metadata: Mapping[str, Any], chain: SchemaChain, checkpoint_id: str) -> int:
+    """The state-schema version a checkpoint was stored under (unstamped: the chain's first)."""
+    from ..migrations import SchemaVersionError
+
+    version = metadata.get("schema_version", chain.first)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise SchemaVersionError(
+            f"checkpoint {checkpoint_id!r} has schema_version {version!r} in its metadata, "
+            "not an int"
+        )
+    return version
+
+
+def _max_version(versions: Iterable[Version]) -> Version | None:
+    try:
+        return max(versions, default=None)
+    except TypeError:  # mixed kinds (never written by us): the floats are ours
+        return max((v for v in versions if not isinstance(v, str)), default=None)
+
+
+def _store_upgraded(
+    checkpoint: Checkpoint, new_versions: ChannelVersions
+) -> tuple[Checkpoint, ChannelVersions]:
+    """Values that a schema upgrade changed on read are stored with the first checkpoint that
+    holds them (LangGraph only passes the channels a step wrote in `new_versions`); the marked
+    versions, which nodes may have seen since, are stored as plain ones."""
+    versions = checkpoint["channel_versions"]
+    seen = checkpoint.get("versions_seen") or {}
+    if not any(is_upgraded(v) for v in versions.values()) and not any(
+        is_upgraded(v) for node in seen.values() for v in node.values()
+    ):
+        return checkpoint, new_versions
+    extra = {ch: plain(v) for ch, v in versions.items() if is_upgraded(v) and ch not in new_versions}
+    stored = {
+        **checkpoint,
+        "channel_versions": {ch: plain(v) for ch, v in versions.items()},
+        "versions_seen": {
+            node: {ch: plain(v) for ch, v in vs.items()} for node, vs in seen.items()
+        },
+    }
+    return cast(Checkpoint, stored), {**extra, **new_versions}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
-from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
+from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
 
 BlobKey = tuple[str, str, str]
 """(checkpoint_ns, channel, version)"""
@@ -97,6 +97,29 @@ class Store(Protocol):
     ) -> None:
         """Atomically delete `(ns, checkpoint_id)` rows with their writes, then the blobs that
         `gc` names given what remains of the thread."""
+        ...
+
+    async def rewrite_checkpoint(
+        self,
+        row: CheckpointRow,
+        blobs: Sequence[BlobRow],
+        writes: Sequence[WriteRow] | None,
+        entry: MigrationEntry,
+    ) -> bool:
+        """One state-schema migration of a stored checkpoint, atomically.
+
+        Unless an entry with `entry.key` is logged already (then nothing changes and the result
+        is False): replace the stored checkpoint `row` names (same thread, namespace and id) by
+        `row`, add `blobs` as `write_checkpoint` does (a delta whose base row is gone is
+        written whole), replace all of the checkpoint's pending
+        writes by `writes` unless it is None, and log `entry`. False too if the checkpoint is
+        gone (nothing is logged then).
+        """
+        ...
+
+    async def read_migrations(self, thread_id: str | None = None) -> list[MigrationEntry]:
+        """The logged migrations of one thread, or of all, ordered by (migrated_at, thread_id,
+        checkpoint_ns, checkpoint_id). Deleting a thread deletes its entries."""
         ...
 
     async def migrate(self) -> int:

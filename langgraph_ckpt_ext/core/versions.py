@@ -30,3 +30,31 @@ def version_key(version: Version) -> str:
     if isinstance(version, float):
         return repr(version)
     return str(version)
+
+
+class _UpgradedFloat(float):
+    """A version that a state-schema upgrade gave, on read, to a value it changed: that value
+    is not stored under it yet, so the next `put` of a checkpoint holding it stores it."""
+
+
+class _UpgradedStr(str):
+    __doc__ = _UpgradedFloat.__doc__
+
+
+def upgraded_version(after: Version | None) -> Version:
+    """A fresh version after `after`, marked as not stored yet (see `is_upgraded`)."""
+    v = next_version(after)
+    return _UpgradedStr(v) if isinstance(v, str) else _UpgradedFloat(v)
+
+
+def is_upgraded(version: object) -> bool:
+    return isinstance(version, _UpgradedFloat | _UpgradedStr)
+
+
+def plain(version: Version) -> Version:
+    """`version` without the upgrade mark (what is stored)."""
+    if isinstance(version, _UpgradedFloat):
+        return float(version)
+    if isinstance(version, _UpgradedStr):
+        return str.__str__(version)
+    return version

@@ -12,17 +12,48 @@ to the current one, and applies the steps a stored version needs:
 
     chain = SchemaChain(current=2, upcasters={1: v1_to_v2})
     chain.upgrade({"objective": "x"}, stored=1)  # -> {"goal": "x"}, at version 2
+
+Give the chain to a checkpointer (`SQLiteCheckpointer(path, schema_chain=chain)`, the same on
+every backend) and it stamps each checkpoint it writes with `chain.current`, upgrades older
+checkpoints when they are read, and rewrites stored threads on `migrate_threads()`.
+
+Upcasters see and return only the state's channels: LangGraph's own (`__start__`,
+`__interrupt__`, `branch:to:node`, ...: a name starting with `__` or holding `:`) pass through
+untouched. Return new values rather than changing the given ones in place.
+
+Pending writes (a step's writes not yet in a checkpoint: those of a thread paused at an
+interrupt) are upgraded one at a time: by default the step's upcaster runs on `{channel: value}`
+and the write becomes the channels it returns, minus those it only filled with the defaults it
+also gives an empty state. For a step where that is not right, give `Step(values, writes)`,
+whose `writes(channel, value)` returns the upgraded `(channel, value)` pairs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import CheckpointerError
 
 Values = dict[str, Any]
 Upcaster = Callable[[Values], Values]
+WriteUpcaster = Callable[[str, Any], Iterable[tuple[str, Any]]]
+
+_NO_BASE = object()
+
+
+def is_reserved(channel: str) -> bool:
+    """LangGraph's own channels (`__start__`, `__interrupt__`, `branch:to:x`): never upgraded."""
+    return channel.startswith("__") or ":" in channel
+
+
+@dataclass(frozen=True)
+class Step:
+    """An upcaster (`values`) with an explicit rule for pending writes (`writes`)."""
+
+    values: Upcaster
+    writes: WriteUpcaster | None = None
 
 
 class SchemaVersionError(CheckpointerError, ValueError):
@@ -35,25 +66,26 @@ class SchemaChain:
     Args:
         current: the schema version the code writes.
         upcasters: `{n: f}` (or `(n, f)` pairs) where `f` turns values at version n into
-            values at n + 1; every version from the lowest to `current - 1` must have one.
+            values at n + 1 (a function, or a `Step`); every version from the lowest to
+            `current - 1` must have one.
         first: the oldest version data may be stored at (default: the lowest key, or `current`).
     """
 
     def __init__(
         self,
         current: int,
-        upcasters: Mapping[int, Upcaster] | Iterable[tuple[int, Upcaster]] | None = None,
+        upcasters: Mapping[int, Upcaster | Step] | Iterable[tuple[int, Upcaster | Step]] | None = None,
         *,
         first: int | None = None,
     ) -> None:
         pairs = list(upcasters.items() if isinstance(upcasters, Mapping) else upcasters or ())
-        steps: dict[int, Upcaster] = {}
+        steps: dict[int, Step] = {}
         for version, fn in pairs:
             if version in steps:
                 raise SchemaVersionError(
                     f"two upcasters from version {version}: keep one step per version"
                 )
-            steps[version] = fn
+            steps[version] = fn if isinstance(fn, Step) else Step(fn)
         if not isinstance(current, int) or isinstance(current, bool) or current < 1:
             raise SchemaVersionError(f"current schema version must be an int >= 1, got {current!r}")
         for version, fn in steps.items():
@@ -64,7 +96,7 @@ class SchemaChain:
                     f"upcaster from version {version} goes past the current version {current}: "
                     "raise `current`, or drop the step"
                 )
-            if not callable(fn):
+            if not callable(fn.values) or not (fn.writes is None or callable(fn.writes)):
                 raise SchemaVersionError(f"upcaster from version {version} is not callable")
         self.current = current
         self.first = min(steps, default=current) if first is None else first
@@ -75,10 +107,13 @@ class SchemaChain:
                 f"version(s) {missing}"
             )
         self._steps = steps
+        self._bases: dict[int, Any] = {}
 
-    def upgrade(self, values: Mapping[str, Any], stored: int) -> Values:
-        """`values` stored at version `stored`, upgraded to `current` (a new dict; the input is
-        not changed). Versions never go down: data newer than the code is refused."""
+    def __repr__(self) -> str:
+        return f"SchemaChain(current={self.current}, first={self.first})"
+
+    def check(self, stored: int) -> None:
+        """Raise unless values stored at `stored` can be upgraded to `current`."""
         if stored > self.current:
             raise SchemaVersionError(
                 f"stored state has schema version {stored}, newer than the {self.current} this "
@@ -89,26 +124,71 @@ class SchemaChain:
                 f"stored state has schema version {stored}, older than the oldest this chain "
                 f"upgrades ({self.first}): add the upcasters from version {stored}"
             )
-        out = dict(values)
+
+    def upgrade(self, values: Mapping[str, Any], stored: int) -> Values:
+        """`values` stored at version `stored`, upgraded to `current` (a new dict; the input is
+        not changed). Versions never go down: data newer than the code is refused. LangGraph's
+        own channels pass through unchanged."""
+        self.check(stored)
+        out = {k: v for k, v in values.items() if not is_reserved(k)}
         for version in range(stored, self.current):
+            out = self._step(version, out)
+        for k, v in values.items():
+            if is_reserved(k):
+                out[k] = v
+        return out
+
+    def _step(self, version: int, values: Values) -> Values:
+        try:
+            out = self._steps[version].values(dict(values))
+        except Exception as exc:
+            raise SchemaVersionError(
+                f"upcaster from version {version} to {version + 1} failed: {exc!r}"
+            ) from exc
+        if not isinstance(out, dict):
+            raise SchemaVersionError(
+                f"upcaster from version {version} returned {type(out).__name__}, not a dict "
+                "of channel values"
+            )
+        return out
+
+    def upgrade_write(self, channel: str, value: Any, stored: int) -> list[tuple[str, Any]]:
+        """One pending write stored at version `stored`, as the writes it is at `current`."""
+        self.check(stored)
+        pending = [(channel, value)]
+        for version in range(stored, self.current):
+            out: list[tuple[str, Any]] = []
+            for ch, v in pending:
+                out.extend([(ch, v)] if is_reserved(ch) else self._write_step(version, ch, v))
+            pending = out
+        return pending
+
+    def _write_step(self, version: int, channel: str, value: Any) -> list[tuple[str, Any]]:
+        step = self._steps[version]
+        if step.writes is not None:
             try:
-                out = self._steps[version](dict(out))
+                return [(str(ch), v) for ch, v in step.writes(channel, value)]
             except Exception as exc:
                 raise SchemaVersionError(
-                    f"upcaster from version {version} to {version + 1} failed: {exc}"
+                    f"write upcaster from version {version} failed on a write to "
+                    f"{channel!r}: {exc!r}"
                 ) from exc
-            if not isinstance(out, dict):
-                raise SchemaVersionError(
-                    f"upcaster from version {version} returned {type(out).__name__}, not a dict "
-                    "of channel values"
-                )
-        return out
+        full = self._step(version, {channel: value})
+        if version not in self._bases:  # what the step fills in on its own
+            try:
+                self._bases[version] = step.values({})
+            except Exception:
+                self._bases[version] = _NO_BASE  # it needs its input: keep all it returns
+        base = self._bases[version]
+        return [
+            (k, v) for k, v in full.items()
+            if k == channel or not isinstance(base, dict) or k not in base or base[k] != v
+        ]
 
     def needs(self, stored: int) -> bool:
         """Whether values stored at `stored` need upgrading (raises if they cannot be)."""
-        if stored > self.current:
-            self.upgrade({}, stored)  # raises the clear error
+        self.check(stored)
         return stored < self.current
 
 
-__all__ = ["SchemaChain", "SchemaVersionError", "Upcaster"]
+__all__ = ["SchemaChain", "SchemaVersionError", "Step", "Upcaster", "WriteUpcaster", "is_reserved"]

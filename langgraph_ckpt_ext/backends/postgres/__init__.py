@@ -11,6 +11,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...core.errors import InvalidConfigError, StoreUnavailableError, require
 from ...core.saver import StoreCheckpointer
+from ...migrations import SchemaChain
 
 require("asyncpg", "postgres")
 
@@ -38,6 +39,8 @@ class PostgresCheckpointer(StoreCheckpointer):
         serde: serializer for every stored value (default: LangGraph's, strict).
         snapshot_every: full value of an append-grown list at least every N versions.
         setup: create or migrate the tables now (DSN only; idempotent, safe across processes).
+        schema_chain: the state schema's version and upcasters (`SchemaChain`; not to be
+            confused with `schema`, the PostgreSQL schema): see `migrate_threads`.
         pool_options: passed to `asyncpg.create_pool`, e.g. `min_size`, `max_size`. Behind
             PgBouncer in transaction mode pass `statement_cache_size=0`.
 
@@ -55,6 +58,7 @@ class PostgresCheckpointer(StoreCheckpointer):
         serde: SerializerProtocol | None = None,
         snapshot_every: int = 256,
         setup: bool = True,
+        schema_chain: SchemaChain | None = None,
         **pool_options: Any,
     ) -> None:
         if schema is not None and not _SCHEMA.match(schema):
@@ -68,7 +72,9 @@ class PostgresCheckpointer(StoreCheckpointer):
         else:
             store = PostgresStore(dsn=dsn, pool=conn, pool_options=pool_options, schema=schema)
             setup = False
-        super().__init__(store, serde=serde, snapshot_every=snapshot_every)
+        super().__init__(
+            store, serde=serde, snapshot_every=snapshot_every, schema_chain=schema_chain
+        )
         if setup:
             self.setup()
 

@@ -49,6 +49,21 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
         )""",
     ],
+    # 2: the log of state-schema migrations of stored checkpoints (`rewrite_checkpoint`); its
+    # key makes a rewrite happen once, whoever retries it. Read in time order.
+    [
+        """CREATE TABLE lgx_schema_log (
+            thread_id TEXT COLLATE "C" NOT NULL,
+            checkpoint_ns TEXT COLLATE "C" NOT NULL DEFAULT '',
+            checkpoint_id TEXT COLLATE "C" NOT NULL,
+            from_version INTEGER NOT NULL,
+            to_version INTEGER NOT NULL,
+            migrated_at DOUBLE PRECISION NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, to_version)
+        )""",
+        "CREATE INDEX lgx_schema_log_order "
+        "ON lgx_schema_log (migrated_at, thread_id, checkpoint_ns, checkpoint_id, to_version)",
+    ],
 ]
 
 LATEST = len(MIGRATIONS)

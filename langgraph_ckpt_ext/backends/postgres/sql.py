@@ -34,6 +34,20 @@ FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[]) AS b(ch, ver, ty, d
 ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
     type = EXCLUDED.type, data = EXCLUDED.data, base_version = NULL"""
 
+# Blob rows as given (full values and append-deltas), for a schema rewrite: its caller has
+# checked that each delta's base is there (SELECT_BLOB_BASES), in the same transaction.
+UPSERT_BLOB_ROWS = """
+INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
+SELECT $1, $2, ch, ver, ty, da, base
+FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[]) AS b(ch, ver, ty, da, base)
+ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
+    type = EXCLUDED.type, data = EXCLUDED.data, base_version = EXCLUDED.base_version"""
+
+SELECT_BLOB_BASES = """
+SELECT x.channel, x.version FROM lgx_blobs x
+JOIN unnest($3::text[], $4::text[]) AS k(ch, ver) ON x.channel = k.ch AND x.version = k.ver
+WHERE x.thread_id = $1 AND x.checkpoint_ns = $2"""
+
 # A whole put in one statement, so one round trip: full blobs, append-deltas that land only on
 # an existing base, and the checkpoint row only if every delta landed (else the caller writes
 # the missing values whole, with the checkpoint, in a second transaction).
@@ -177,8 +191,10 @@ DELETE_THREAD = [
     "DELETE FROM lgx_checkpoints WHERE thread_id = $1",
     "DELETE FROM lgx_blobs WHERE thread_id = $1",
     "DELETE FROM lgx_writes WHERE thread_id = $1",
+    "DELETE FROM lgx_schema_log WHERE thread_id = $1",
 ]
 
+# The log of schema migrations stays with its thread: a copy is not migrated, it is a copy.
 COPY_THREAD = [
     f"""INSERT INTO lgx_checkpoints ({CHECKPOINT_COLS})
     SELECT $1, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id,
@@ -205,3 +221,36 @@ DELETE_BLOBS = """
 DELETE FROM lgx_blobs
 WHERE thread_id = $1 AND (checkpoint_ns, channel, version) IN (
     SELECT * FROM unnest($2::text[], $3::text[], $4::text[]))"""
+
+# State-schema migration of one stored checkpoint, in one statement: lock the checkpoint row
+# (a concurrent delete waits, or wins and leaves nothing to log), log the entry unless its key
+# is logged already, and rewrite the row only if the entry was logged. The count tells the
+# caller whether to go on with the blobs and writes, in the same transaction.
+REWRITE_CHECKPOINT = """
+WITH target AS (
+    SELECT thread_id, checkpoint_ns, checkpoint_id FROM lgx_checkpoints
+    WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3
+    FOR UPDATE
+), logged AS (
+    INSERT INTO lgx_schema_log
+        (thread_id, checkpoint_ns, checkpoint_id, from_version, to_version, migrated_at)
+    SELECT thread_id, checkpoint_ns, checkpoint_id, $4::integer, $5::integer,
+           $6::double precision
+    FROM target
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, to_version) DO NOTHING
+    RETURNING 1
+), rewritten AS (
+    UPDATE lgx_checkpoints
+    SET type = $7, checkpoint = $8, metadata_type = $9, metadata = $10
+    WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3
+      AND EXISTS (SELECT 1 FROM logged)
+    RETURNING 1
+)
+SELECT count(*) FROM rewritten"""
+DELETE_CHECKPOINT_WRITES = """
+DELETE FROM lgx_writes WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3"""
+
+_LOG_COLS = "thread_id, checkpoint_ns, checkpoint_id, from_version, to_version, migrated_at"
+_LOG_ORDER = "ORDER BY migrated_at, thread_id, checkpoint_ns, checkpoint_id, to_version"
+SELECT_MIGRATIONS = f"SELECT {_LOG_COLS} FROM lgx_schema_log {_LOG_ORDER}"
+SELECT_THREAD_MIGRATIONS = f"SELECT {_LOG_COLS} FROM lgx_schema_log WHERE thread_id = $1 {_LOG_ORDER}"

@@ -10,7 +10,7 @@ import asyncpg
 
 from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
 from ...core.perloop import PerLoop
-from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
+from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
 from ...core.store import Cursor, GcPlanner, keyset_pages
 from . import sql
 from .migrations import LATEST, MIGRATIONS
@@ -185,20 +185,14 @@ class PostgresStore:
         return {b.channel for b in missing}
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
-        def columns(rs: Sequence[WriteRow]) -> list[list[Any]]:
-            return [list(col) for col in zip(*(
-                (r.thread_id, r.checkpoint_ns, r.checkpoint_id, r.task_id, r.idx,
-                 r.channel, r.type, r.data, r.task_path) for r in rs
-            ), strict=True)]
-
         keep = [r for r in rows if r.idx >= 0]
         replace = [r for r in rows if r.idx < 0]
 
         async def op(conn: asyncpg.Connection) -> None:
             if keep:
-                await conn.execute(sql.INSERT_WRITES_KEEP, *columns(keep))
+                await conn.execute(sql.INSERT_WRITES_KEEP, *_write_columns(keep))
             if replace:
-                await conn.execute(sql.INSERT_WRITES_REPLACE, *columns(replace))
+                await conn.execute(sql.INSERT_WRITES_REPLACE, *_write_columns(replace))
 
         await self._run(op, tx=bool(keep and replace))
 
@@ -234,6 +228,57 @@ class PostgresStore:
                 await conn.execute(sql.DELETE_BLOBS, thread_id, *cols)
 
         await self._run(op, tx=True)
+
+    async def rewrite_checkpoint(
+        self,
+        row: CheckpointRow,
+        blobs: Sequence[BlobRow],
+        writes: Sequence[WriteRow] | None,
+        entry: MigrationEntry,
+    ) -> bool:
+        tid, ns, cid = row.thread_id, row.checkpoint_ns, row.checkpoint_id
+        deltas = [b for b in blobs if b.base_version is not None]
+        # One row per key, the last given winning (one statement cannot insert a key twice).
+        kept = list({
+            (w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx): w
+            for w in writes or ()
+        }.values())
+
+        async def op(conn: asyncpg.Connection) -> bool:
+            # The log row is what makes this idempotent: a retry after a lost connection (or
+            # a second process) finds the entry logged and changes nothing.
+            logged = await conn.fetchval(
+                sql.REWRITE_CHECKPOINT,
+                tid, ns, cid, entry.from_version, entry.to_version, entry.migrated_at,
+                *row.checkpoint, *row.metadata,
+            )
+            if not logged:
+                return False
+            present: set[tuple[str, str]] = set()
+            if deltas:
+                present = {(r[0], r[1]) for r in await conn.fetch(
+                    sql.SELECT_BLOB_BASES, tid, ns,
+                    [b.channel for b in deltas], [b.base_version for b in deltas],
+                )}
+            # A delta whose base is gone is written whole, as write_checkpoint does.
+            rows = [
+                b if b.base_version is None or (b.channel, b.base_version) in present
+                else BlobRow(b.channel, b.version, *b.full())  # type: ignore[misc]
+                for b in blobs
+            ]
+            if rows:
+                await conn.execute(
+                    sql.UPSERT_BLOB_ROWS, tid, ns, [b.channel for b in rows],
+                    [b.version for b in rows], [b.type for b in rows], [b.data for b in rows],
+                    [b.base_version for b in rows],
+                )
+            if writes is not None:
+                await conn.execute(sql.DELETE_CHECKPOINT_WRITES, tid, ns, cid)
+                if kept:
+                    await conn.execute(sql.INSERT_WRITES_KEEP, *_write_columns(kept))
+            return True
+
+        return await self._run(op, tx=True)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -308,12 +353,27 @@ class PostgresStore:
         ids = list(checkpoint_ids)
         return await self._run(lambda conn: _writes(conn, thread_id, ns, ids, channels), tx=False)
 
+    async def read_migrations(self, thread_id: str | None = None) -> list[MigrationEntry]:
+        if thread_id is None:
+            rows = await self._fetch(sql.SELECT_MIGRATIONS)
+        else:
+            rows = await self._fetch(sql.SELECT_THREAD_MIGRATIONS, thread_id)
+        return [MigrationEntry(r[0], r[1], r[2], int(r[3]), int(r[4]), float(r[5])) for r in rows]
+
     async def find_runs(self, run_ids: Collection[str]) -> list[tuple[str, str, str]]:
         return [tuple(r) for r in await self._fetch(sql.SELECT_RUNS, list(run_ids))]
 
     async def close(self) -> None:
         """Close the pools this store opened (a pool passed in stays the caller's)."""
         await self._pools.close()
+
+
+def _write_columns(rows: Sequence[WriteRow]) -> list[list[Any]]:
+    """Write rows as the column arrays `INSERT_WRITES_*` unnest."""
+    return [list(col) for col in zip(*(
+        (r.thread_id, r.checkpoint_ns, r.checkpoint_id, r.task_id, r.idx,
+         r.channel, r.type, r.data, r.task_path) for r in rows
+    ), strict=True)]
 
 
 async def _blobs(

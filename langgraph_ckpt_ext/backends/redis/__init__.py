@@ -11,6 +11,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ...core.bridge import Bridge
 from ...core.errors import require
 from ...core.saver import StoreCheckpointer
+from ...migrations import SchemaChain
 
 require("redis", "redis")
 
@@ -39,6 +40,8 @@ class RedisCheckpointer(StoreCheckpointer):
         serde: serializer for every stored value (default: LangGraph's, strict).
         snapshot_every: full value of an append-grown list at least every N versions.
         setup: record the key layout's version now (URL only; idempotent).
+        schema_chain: the state schema's version and upcasters (`SchemaChain`): see
+            `migrate_threads`.
         client_options: passed to `redis.asyncio.Redis.from_url` (or `RedisCluster.from_url`).
 
     Example:
@@ -57,6 +60,7 @@ class RedisCheckpointer(StoreCheckpointer):
         serde: SerializerProtocol | None = None,
         snapshot_every: int = 256,
         setup: bool = True,
+        schema_chain: SchemaChain | None = None,
         **client_options: Any,
     ) -> None:
         bridge = Bridge(f"lgckpt-{type(self).__name__}")
@@ -71,7 +75,10 @@ class RedisCheckpointer(StoreCheckpointer):
             is_private_loop=lambda loop: loop is bridge.current_loop,
             client_options=client_options,
         )
-        super().__init__(store, serde=serde, snapshot_every=snapshot_every, bridge=bridge)
+        super().__init__(
+            store, serde=serde, snapshot_every=snapshot_every, bridge=bridge,
+            schema_chain=schema_chain,
+        )
         if setup and not given:
             self.setup()
 

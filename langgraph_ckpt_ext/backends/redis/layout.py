@@ -1,4 +1,4 @@
-"""The key layout: every key of one thread (seven) carries the same hash tag, so a thread lives in one
+"""The key layout: every key of one thread (eight) carries the same hash tag, so a thread lives in one
 hash slot (one node of a Redis Cluster) and each of its operations is one atomic script.
 
     <prefix>:{<thread>}:ix    zset  ns\\0checkpoint_id          per-namespace order, newest last
@@ -8,6 +8,8 @@ hash slot (one node of a Redis Cluster) and each of its operations is one atomic
     <prefix>:{<thread>}:wr    hash  ns\\0checkpoint_id\\0task_id\\0idx -> pending write
     <prefix>:{<thread>}:wx    zset  the fields of wr, so that one checkpoint's writes are a range
     <prefix>:{<thread>}:meta  hash  gen (a write counter), pinned, exp (the keys have a TTL)
+    <prefix>:{<thread>}:mig   hash  ns\\0checkpoint_id\\0to_version -> from_version\\0migrated_at
+                                    (the state-schema migration log; repr of the float)
     <prefix>:threads          zset  thread_id, scored by a deadline hint (ms; +inf: no TTL)
     <prefix>:runs             zset  run_id\\0thread_id (all scored 0: read by lexical range)
     <prefix>:layout           the layout's version
@@ -23,8 +25,12 @@ import re
 
 from ...core.errors import InvalidConfigError
 
+# `mig` (the migration log) came after version 1 without a version bump: it is a key of its
+# own, which older data simply lacks (no log yet), and no older key changed its encoding.
 LAYOUT_VERSION = 1
-THREAD_KEYS = ("ix", "ord", "cp", "bl", "wr", "wx", "meta")
+# Scripts address the keys by position (KEYS[1] ix ... KEYS[7] meta, KEYS[8] mig): a new key
+# goes at the end, so that no script's index moves.
+THREAD_KEYS = ("ix", "ord", "cp", "bl", "wr", "wx", "meta", "mig")
 
 _PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")

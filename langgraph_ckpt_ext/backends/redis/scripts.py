@@ -11,13 +11,16 @@ Value layouts (bytes):
   checkpoint row  parent \\0 run_id \\0 L \\0 <L bytes: ch \\0 ver \\0 ...> msgpack[types, data]
   blob            base_version \\0 type \\0 data        (base_version empty: a full value)
   write           msgpack[channel, type, data, task_path]
+  migration       from_version \\0 repr(migrated_at)   (field: ns \\0 checkpoint_id \\0 to_version)
 """
 
 from __future__ import annotations
 
 # KEYS: 1 ix (zset "ns\0cid"), 2 ord (zset "cid\0ns"), 3 cp (hash "ns\0cid" -> row),
 # 4 bl (hash "ns\0ch\0ver" -> blob), 5 wr (hash "ns\0cid\0task\0idx" -> write),
-# 6 wx (zset of wr fields), 7 meta (hash: gen, pinned, exp).
+# 6 wx (zset of wr fields), 7 meta (hash: gen, pinned, exp), 8 mig (hash "ns\0cid\0to_version" ->
+# migration). Whatever loops over KEYS (expire_all, DELETE_THREAD, EXISTING) covers mig too;
+# DUMP/LOAD leave it out: a copied thread starts with no migration log.
 _PRELUDE = r"""
 local function expire_all(ttl)
   -- Every write leaves all of a thread's keys with one deadline, or none; meta's `exp` field
@@ -301,6 +304,51 @@ expire_all(ARGV[1])
 return 1
 """
 
+# ARGV: ttl, ns, cid, row, keep ('1': keep the stored row's channel list, the new row has
+# none), to_version, log value, replace writes ('1' | ''), n_blobs, then n_blobs x (field,
+# full blob), then (field, write) pairs. Logs the migration ns\0cid\0to_version and rewrites the
+# checkpoint: returns 1; or 0, changing nothing, if that migration is logged already or the
+# checkpoint is gone.
+REWRITE = _PRELUDE + r"""
+local ttl, ns, cid, row = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local f = ns .. '\0' .. cid
+local logged = f .. '\0' .. ARGV[6]
+if redis.call('HEXISTS', KEYS[8], logged) == 1 then return 0 end
+local old = redis.call('HGET', KEYS[3], f)
+if not old then return 0 end
+if ARGV[5] == '1' then
+  local _, _, names = split_row(old)
+  local p1 = string.find(row, '\0', 1, true)
+  local p2 = string.find(row, '\0', p1 + 1, true)
+  local p3 = string.find(row, '\0', p2 + 1, true)
+  local n = tonumber(string.sub(row, p2 + 1, p3 - 1))
+  row = string.sub(row, 1, p2) .. #names .. '\0' .. names .. string.sub(row, p3 + 1 + n)
+end
+local i = 10
+for _ = 1, tonumber(ARGV[9]) do
+  redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+redis.call('HSET', KEYS[3], f, row)
+if ARGV[8] == '1' then
+  drop_writes(ns, cid)
+  while i < #ARGV do
+    redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
+    redis.call('ZADD', KEYS[6], 0, ARGV[i])
+    i = i + 2
+  end
+end
+redis.call('HSET', KEYS[8], logged, ARGV[7])
+redis.call('HINCRBY', KEYS[7], 'gen', 1)
+expire_all(ttl)
+return 1
+"""
+
+# The migration log: {field, value, ...}.
+MIGRATIONS = r"""
+return redis.call('HGETALL', KEYS[8])
+"""
+
 DELETE_THREAD = r"""
 return redis.call('DEL', unpack(KEYS))
 """
@@ -322,9 +370,14 @@ if redis.call('EXISTS', KEYS[1]) == 1 then expire_all(ARGV[1]) end
 return 1
 """
 
-# The thread's deadline in ms (-1: none, -2: gone), for the thread index.
+# The thread's deadline in ms (-1: none, -2: gone), for the thread index: that of the first
+# of KEYS that exists (the caller passes ix, and mig: a log outlives the checkpoints).
 DEADLINE = r"""
-local t = redis.call('PTTL', KEYS[1])
+local t = -2
+for i = 1, #KEYS do
+  t = redis.call('PTTL', KEYS[i])
+  if t ~= -2 then break end
+end
 if t < 0 then return t end
 local now = redis.call('TIME')
 return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + t

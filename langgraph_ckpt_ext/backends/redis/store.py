@@ -21,7 +21,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ...core.codec import writes_order
 from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
 from ...core.perloop import PerLoop
-from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
+from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
 from ...core.store import Cursor, GcPlanner, keyset_pages
 from . import scripts
 from .layout import LAYOUT_VERSION, check_parts, thread_keys
@@ -45,7 +45,7 @@ class _Script:
 _S = {name: _Script(getattr(scripts, name)) for name in (
     "PUT", "PUT_WRITES", "GET_TUPLE", "GET_ROW", "GET_BLOBS", "GET_WRITES", "GET_ANCESTORS",
     "PAGE", "FIND_RUNS", "SNAPSHOT", "DELETE_CHECKPOINTS", "DUMP", "LOAD", "DELETE_THREAD",
-    "PIN", "TOUCH", "DEADLINE", "EXISTING",
+    "PIN", "TOUCH", "DEADLINE", "EXISTING", "REWRITE", "MIGRATIONS",
 )}
 
 
@@ -99,6 +99,17 @@ def _writes(thread_id: str, flat: Sequence[bytes]) -> dict[str, list[WriteRow]]:
         out.setdefault(row.checkpoint_id, []).append(row)
     for rows in out.values():
         rows.sort(key=writes_order)
+    return out
+
+
+def _migrations(thread_id: str, flat: Sequence[bytes]) -> list[MigrationEntry]:
+    out = []
+    for i in range(0, len(flat), 2):
+        ns, cid, to_version = flat[i].split(b"\0")
+        from_version, at = flat[i + 1].split(b"\0")
+        out.append(MigrationEntry(
+            thread_id, _s(ns), _s(cid), int(from_version), int(to_version), float(at)
+        ))
     return out
 
 
@@ -254,7 +265,9 @@ class RedisStore:
             args += ["LIMIT", 0, limit]
         for member in await self._command(*args):
             tid = _s(member)
-            deadline = await self._call("DEADLINE", self.keys(tid)[:1], [])
+            keys = self.keys(tid)
+            # A thread whose checkpoints are all deleted may keep its migration log.
+            deadline = await self._call("DEADLINE", (keys[0], keys[7]), [])
             if deadline == -2:
                 await self._command("ZREM", self._threads_key, member)
                 self._seen.pop("t\0" + tid, None)
@@ -336,12 +349,79 @@ class RedisStore:
             await self._call("PUT_WRITES", self.keys(tid), [self._ttl_arg, b"".join(records)])
         await self._after_write()
 
+    async def rewrite_checkpoint(
+        self,
+        row: CheckpointRow,
+        blobs: Sequence[BlobRow],
+        writes: Sequence[WriteRow] | None,
+        entry: MigrationEntry,
+    ) -> bool:
+        tid, ns, cid = row.thread_id, row.checkpoint_ns, row.checkpoint_id
+        if (entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id) != (tid, ns, cid):
+            raise ValueError(f"migration entry {entry.key!r} is not for checkpoint {(tid, ns, cid)!r}")
+        check_parts(ns, cid, *(p for b in blobs for p in (b.channel, b.version)))
+        args: list[Any] = [
+            self._ttl_arg, ns, cid, _pack_row(row),
+            # A row read back has no channel list: the stored one stays (same channels read).
+            "1" if row.versions is None else "",
+            b"%d" % entry.to_version,
+            b"%d\0%s" % (entry.from_version, _b(repr(float(entry.migrated_at)))),
+            "" if writes is None else "1",
+            len(blobs),
+        ]
+        for b in blobs:
+            # Full values only: a delta's base may be rewritten or collected independently.
+            type_, data = b.full() if b.base_version is not None and b.full else (b.type, b.data)
+            args += [_b(f"{ns}\0{b.channel}\0{b.version}"), _b(f"\0{type_}\0") + data]
+        for w in writes or ():
+            if (w.thread_id, w.checkpoint_ns, w.checkpoint_id) != (tid, ns, cid):
+                raise ValueError(
+                    f"write {(w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx)!r} "
+                    f"is not for checkpoint {(tid, ns, cid)!r}"
+                )
+            check_parts(w.task_id)
+            args += [_write_field(w), ormsgpack.packb([w.channel, w.type, w.data, w.task_path])]
+        if not await self._call("REWRITE", self.keys(tid), args):
+            return False
+        await self._index(tid, [row.run_id] if row.run_id else [])
+        await self._after_write()
+        return True
+
+    async def read_migrations(self, thread_id: str | None = None) -> list[MigrationEntry]:
+        if thread_id is not None:
+            tids = [thread_id]
+        else:
+            # The thread index, a page at a time (ZSCAN may repeat a member: a set).
+            found: set[str] = set()
+            cursor = 0
+
+            async def scan(client: Client) -> tuple[int, list[tuple[bytes, float]]]:
+                return await client.zscan(self._threads_key, cursor, count=500)  # type: ignore[no-any-return]
+
+            while True:
+                cursor, page = await self._retrying(scan)
+                found.update(_s(member) for member, _ in page)
+                if not cursor:
+                    break
+            tids = sorted(found)
+        out: list[MigrationEntry] = []
+        for start in range(0, len(tids), 64):
+            chunk = tids[start:start + 64]
+            logs = await asyncio.gather(
+                *(self._call("MIGRATIONS", self.keys(t), []) for t in chunk)
+            )
+            for tid, flat in zip(chunk, logs, strict=True):
+                out += _migrations(tid, flat)
+        out.sort(key=lambda m: (m.migrated_at, *m.key))
+        return out
+
     async def delete_thread(self, thread_id: str) -> None:
         await self._call("DELETE_THREAD", self.keys(thread_id), [])
         await self._command("ZREM", self._threads_key, thread_id)
         self._seen.pop("t\0" + thread_id, None)
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        # Rows, blobs and writes; not the migration log (the copy was not migrated itself).
         rows, blobs, writes = await self._call("DUMP", self.keys(source_thread_id), [])
         if not rows:
             return  # nothing to copy: leave no key behind for the target

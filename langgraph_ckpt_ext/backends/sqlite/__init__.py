@@ -12,6 +12,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...core.bridge import Bridge
 from ...core.saver import StoreCheckpointer
+from ...migrations import SchemaChain
 from .store import SQLiteStore
 
 __all__ = ["SQLiteCheckpointer"]
@@ -68,6 +69,8 @@ class SQLiteCheckpointer(StoreCheckpointer):
         synchronous: SQLite's `PRAGMA synchronous` (`"FULL"` by default, as LangGraph's saver;
             `"NORMAL"` is faster and still safe against a crash of the process).
         setup: create or migrate the tables now (idempotent; safe across processes).
+        schema_chain: the state schema's version and upcasters (`SchemaChain`): see
+            `migrate_threads`.
 
     Example:
         >>> cp = SQLiteCheckpointer("agent.db")                      # doctest: +SKIP
@@ -84,6 +87,7 @@ class SQLiteCheckpointer(StoreCheckpointer):
         busy_timeout: float = 30.0,
         synchronous: str = "FULL",
         setup: bool = True,
+        schema_chain: SchemaChain | None = None,
         _store: SQLiteStore | None = None,
     ) -> None:
         bridge = Bridge("lgckpt-sqlite")
@@ -94,7 +98,10 @@ class SQLiteCheckpointer(StoreCheckpointer):
                 store.owns_connections = False
             else:
                 store = bridge.run(_open_store(os.fspath(conn), busy_timeout, synchronous))
-        super().__init__(store, serde=serde, snapshot_every=snapshot_every, bridge=bridge)
+        super().__init__(
+            store, serde=serde, snapshot_every=snapshot_every, bridge=bridge,
+            schema_chain=schema_chain,
+        )
         if setup and _store is None:
             self.setup()
 

@@ -51,6 +51,21 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX lgx_checkpoints_thread_order "
         "ON lgx_checkpoints (thread_id, checkpoint_id, checkpoint_ns)",
     ],
+    # 3: the log of state-schema migrations of stored checkpoints (`rewrite_checkpoint`): a
+    # checkpoint migrates to a version at most once; read back in time order.
+    [
+        """CREATE TABLE lgx_schema_log (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL DEFAULT '',
+            checkpoint_id TEXT NOT NULL,
+            from_version INTEGER NOT NULL,
+            to_version INTEGER NOT NULL,
+            migrated_at REAL NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, to_version)
+        )""",
+        "CREATE INDEX lgx_schema_log_order ON lgx_schema_log "
+        "(migrated_at, thread_id, checkpoint_ns, checkpoint_id, to_version)",
+    ],
 ]
 
 LATEST = len(MIGRATIONS)

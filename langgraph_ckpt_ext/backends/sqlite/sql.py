@@ -123,8 +123,11 @@ DELETE_THREAD = [
     "DELETE FROM lgx_checkpoints WHERE thread_id = ?",
     "DELETE FROM lgx_blobs WHERE thread_id = ?",
     "DELETE FROM lgx_writes WHERE thread_id = ?",
+    "DELETE FROM lgx_schema_log WHERE thread_id = ?",
 ]
 
+# The schema log (`lgx_schema_log`) is not copied: it records what happened to the source
+# thread's rows, not to the copy's.
 COPY_THREAD = [
     f"""INSERT OR IGNORE INTO lgx_checkpoints ({CHECKPOINT_COLS})
     SELECT ?, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id,
@@ -149,3 +152,25 @@ SELECT_THREAD_BLOB_REFS = """
 SELECT checkpoint_ns, channel, version, base_version FROM lgx_blobs WHERE thread_id = ?"""
 DELETE_BLOB = """
 DELETE FROM lgx_blobs WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?"""
+
+# State-schema migration of one stored checkpoint (`rewrite_checkpoint`).
+CHECKPOINT_EXISTS = """
+SELECT 1 FROM lgx_checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"""
+UPDATE_CHECKPOINT = """
+UPDATE lgx_checkpoints
+SET parent_checkpoint_id = ?, run_id = ?, type = ?, checkpoint = ?, metadata_type = ?, metadata = ?
+WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"""
+# The caller checks the row count: 0 means the entry is logged already.
+INSERT_SCHEMA_LOG = """
+INSERT OR IGNORE INTO lgx_schema_log
+    (thread_id, checkpoint_ns, checkpoint_id, from_version, to_version, migrated_at)
+VALUES (?, ?, ?, ?, ?, ?)"""
+
+_SCHEMA_LOG_COLS = (
+    "thread_id, checkpoint_ns, checkpoint_id, from_version, to_version, migrated_at"
+)
+_SCHEMA_LOG_ORDER = "ORDER BY migrated_at, thread_id, checkpoint_ns, checkpoint_id, to_version"
+SELECT_SCHEMA_LOG = f"SELECT {_SCHEMA_LOG_COLS} FROM lgx_schema_log {_SCHEMA_LOG_ORDER}"
+SELECT_THREAD_SCHEMA_LOG = (
+    f"SELECT {_SCHEMA_LOG_COLS} FROM lgx_schema_log WHERE thread_id = ? {_SCHEMA_LOG_ORDER}"
+)

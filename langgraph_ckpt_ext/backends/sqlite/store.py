@@ -10,7 +10,7 @@ from typing import Any
 import aiosqlite
 
 from ...core.errors import check_storage_version
-from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
+from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
 from ...core.store import Cursor, GcPlanner, keyset_pages
 from . import sql
 from .migrations import LATEST, MIGRATIONS
@@ -78,6 +78,27 @@ def _writes(
     return out
 
 
+def _put_blobs(conn: sqlite3.Connection, tid: str, ns: str, blobs: Sequence[BlobRow]) -> set[str]:
+    """Store blob rows; an append-delta whose base row is gone is stored whole. Returns the
+    channels that fell back so."""
+    fell_back: set[str] = set()
+    full = [(b.channel, b.version, b.type, b.data) for b in blobs if b.base_version is None]
+    for b in blobs:
+        if b.base_version is None:
+            continue
+        cur = conn.execute(
+            sql.INSERT_DELTA_IF_BASE,
+            (tid, ns, b.channel, b.version, b.type, b.data, b.base_version),
+        )
+        if cur.rowcount == 0:  # the base is gone (pruned, or by another process)
+            assert b.full is not None
+            full.append((b.channel, b.version, *b.full()))
+            fell_back.add(b.channel)
+    if full:
+        conn.executemany(sql.UPSERT_BLOB, [(tid, ns, *f) for f in full])
+    return fell_back
+
+
 class SQLiteStore:
     """Rows in SQLite. Writes go through one connection and commit in groups (`BEGIN
     IMMEDIATE`, so processes sharing the file queue on the busy timeout); reads of a file
@@ -100,28 +121,12 @@ class SQLiteStore:
     # -- writing ----------------------------------------------------------------------------
 
     async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
-        tid, ns = row.thread_id, row.checkpoint_ns
-
         def op(conn: sqlite3.Connection) -> set[str]:
-            fell_back: set[str] = set()
-            full = [(b.channel, b.version, b.type, b.data) for b in blobs if b.base_version is None]
-            for b in blobs:
-                if b.base_version is None:
-                    continue
-                cur = conn.execute(
-                    sql.INSERT_DELTA_IF_BASE,
-                    (tid, ns, b.channel, b.version, b.type, b.data, b.base_version),
-                )
-                if cur.rowcount == 0:  # the base is gone (pruned, or by another process)
-                    assert b.full is not None
-                    full.append((b.channel, b.version, *b.full()))
-                    fell_back.add(b.channel)
-            if full:
-                conn.executemany(sql.UPSERT_BLOB, [(tid, ns, *f) for f in full])
+            fell_back = _put_blobs(conn, row.thread_id, row.checkpoint_ns, blobs)
             conn.execute(
                 sql.UPSERT_CHECKPOINT,
-                (tid, ns, row.checkpoint_id, row.parent_checkpoint_id, row.run_id,
-                 *row.checkpoint, *row.metadata),
+                (row.thread_id, row.checkpoint_ns, row.checkpoint_id, row.parent_checkpoint_id,
+                 row.run_id, *row.checkpoint, *row.metadata),
             )
             return fell_back
 
@@ -173,6 +178,43 @@ class SQLiteStore:
                 conn.executemany(sql.DELETE_BLOB, dead)
 
         await self._commits.submit(op)
+
+    async def rewrite_checkpoint(
+        self,
+        row: CheckpointRow,
+        blobs: Sequence[BlobRow],
+        writes: Sequence[WriteRow] | None,
+        entry: MigrationEntry,
+    ) -> bool:
+        tid, ns, cid = row.thread_id, row.checkpoint_ns, row.checkpoint_id
+        new_writes = None if writes is None else [
+            (tid, ns, cid, w.task_id, w.idx, w.channel, w.type, w.data, w.task_path)
+            for w in writes
+        ]
+        log = (entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id,
+               int(entry.from_version), int(entry.to_version), float(entry.migrated_at))
+
+        def op(conn: sqlite3.Connection) -> bool:
+            # Both checks come before any change, so a False leaves the savepoint untouched.
+            if conn.execute(sql.CHECKPOINT_EXISTS, (tid, ns, cid)).fetchone() is None:
+                return False
+            if conn.execute(sql.INSERT_SCHEMA_LOG, log).rowcount == 0:
+                return False  # this migration of this checkpoint is logged already
+            conn.execute(
+                sql.UPDATE_CHECKPOINT,
+                (row.parent_checkpoint_id, row.run_id, *row.checkpoint, *row.metadata,
+                 tid, ns, cid),
+            )
+            _put_blobs(conn, tid, ns, blobs)
+            if new_writes is not None:
+                conn.execute(sql.DELETE_CHECKPOINT_WRITES, (tid, ns, cid))
+                if new_writes:
+                    conn.executemany(sql.INSERT_WRITE_REPLACE, new_writes)
+            return True
+
+        # Through the group commit, like every write: `op` runs in its own SAVEPOINT, rolled
+        # back whole if it raises, so the rewrite and its log entry land together or not at all.
+        return await self._commits.submit(op)  # type: ignore[no-any-return]
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -248,6 +290,16 @@ class SQLiteStore:
             return {}
         ids = list(checkpoint_ids)
         return await self._reader.call(lambda conn: _writes(conn, thread_id, ns, ids, channels))
+
+    async def read_migrations(self, thread_id: str | None = None) -> list[MigrationEntry]:
+        if thread_id is None:
+            rows = await self._fetchall(sql.SELECT_SCHEMA_LOG, ())
+        else:
+            rows = await self._fetchall(sql.SELECT_THREAD_SCHEMA_LOG, (thread_id,))
+        return [
+            MigrationEntry(tid, ns, cid, int(old), int(new), float(at))
+            for tid, ns, cid, old, new, at in rows
+        ]
 
     async def find_runs(self, run_ids: Collection[str]) -> list[tuple[str, str, str]]:
         out: list[tuple[str, str, str]] = []

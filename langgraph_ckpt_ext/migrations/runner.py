@@ -1,0 +1,291 @@
+"""Eager state-schema migration: rewrite stored checkpoints to the chain's current version.
+
+Each checkpoint is rewritten in place (same id, parent and order) by one atomic store operation
+that also logs it; the log's key (thread, namespace, checkpoint, target version) makes a second
+rewrite of the same checkpoint a no-op. A run that was killed therefore resumes where it stopped
+when started again: what is done is stamped with the current version and skipped, and nothing
+is migrated twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from langgraph.checkpoint.base import WRITES_IDX_MAP
+
+from ..core import codec
+from ..core.appendlog import AppendLog
+from ..core.rows import CheckpointRow, ListQuery, MigrationEntry, WriteRow
+from ..core.versions import Version, next_version
+
+if TYPE_CHECKING:
+    from ..core.saver import StoreCheckpointer
+    from . import SchemaChain
+
+_PAGE = 32
+
+
+@dataclass(frozen=True)
+class CheckpointChange:
+    """What migrating one checkpoint changes (or, in a dry run, would change)."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    from_version: int
+    to_version: int
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    changed: tuple[str, ...]
+    writes: int
+    """Pending writes of the checkpoint that were upgraded."""
+
+
+@dataclass(frozen=True)
+class MigrationProgress:
+    """Reported after each thread: how far the run is."""
+
+    threads_done: int
+    threads_total: int
+    checkpoints_done: int
+    thread_id: str
+
+
+@dataclass
+class MigrationReport:
+    """The outcome of `migrate_threads`."""
+
+    dry_run: bool
+    to_version: int
+    threads_seen: int = 0
+    """Threads looked at (with at least one checkpoint)."""
+    threads_migrated: int = 0
+    """Threads with a checkpoint rewritten (or, in a dry run, to rewrite)."""
+    checkpoints_migrated: int = 0
+    checkpoints_current: int = 0
+    """Checkpoints already at the current version, left alone."""
+    writes_migrated: int = 0
+    already_logged: int = 0
+    """Checkpoints another run migrated while this one was reading them."""
+    seconds: float = 0.0
+    changes: list[CheckpointChange] = field(default_factory=list)
+
+    def summary(self) -> str:
+        verb = "would migrate" if self.dry_run else "migrated"
+        lines = [
+            f"{verb} {self.checkpoints_migrated} checkpoint(s) of {self.threads_migrated} "
+            f"thread(s) to schema version {self.to_version} ({self.threads_seen} thread(s) "
+            f"seen, {self.checkpoints_current} checkpoint(s) already current, "
+            f"{self.writes_migrated} pending write(s) upgraded) in {self.seconds:.2f} s"
+        ]
+        for c in self.changes[:20]:
+            parts = [f"+{', +'.join(c.added)}" if c.added else "",
+                     f"-{', -'.join(c.removed)}" if c.removed else "",
+                     f"~{', ~'.join(c.changed)}" if c.changed else ""]
+            what = "; ".join(p for p in parts if p) or "no value changes"
+            ns = f" [{c.checkpoint_ns}]" if c.checkpoint_ns else ""
+            lines.append(f"  {c.thread_id}{ns} {c.checkpoint_id} v{c.from_version}->v"
+                         f"{c.to_version}: {what}")
+        if len(self.changes) > 20:
+            lines.append(f"  ... and {len(self.changes) - 20} more")
+        return "\n".join(lines)
+
+
+async def migrate_threads(
+    saver: StoreCheckpointer,
+    chain: SchemaChain,
+    thread_ids: Collection[str] | None = None,
+    *,
+    dry_run: bool = False,
+    progress: Callable[[MigrationProgress], None] | None = None,
+    concurrency: int = 4,
+) -> MigrationReport:
+    report = MigrationReport(dry_run=dry_run, to_version=chain.current)
+    started = time.perf_counter()
+    pending = await _threads_to_migrate(saver, chain, thread_ids, report)
+    done = 0
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def one(thread_id: str) -> None:
+        nonlocal done
+        async with gate:
+            await _migrate_thread(saver, chain, thread_id, dry_run, report)
+        done += 1
+        if progress is not None:
+            progress(MigrationProgress(done, len(pending), report.checkpoints_migrated, thread_id))
+
+    if saver._store.inline or concurrency <= 1:  # an inline store must never suspend
+        for t in pending:
+            await one(t)
+    else:
+        await asyncio.gather(*(one(t) for t in pending))
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+async def _threads_to_migrate(
+    saver: StoreCheckpointer,
+    chain: SchemaChain,
+    thread_ids: Collection[str] | None,
+    report: MigrationReport,
+) -> list[str]:
+    """Threads holding a checkpoint older than the chain's current version (one pass over the
+    checkpoint rows, without their values)."""
+    from ..core.saver import stored_schema_version
+
+    seen: set[str] = set()
+    pending: dict[str, None] = {}
+    queries = (
+        [ListQuery()] if thread_ids is None else [ListQuery(thread_id=str(t)) for t in thread_ids]
+    )
+    for query in queries:
+        async for row in saver._store.iter_checkpoints(query):
+            seen.add(row.thread_id)
+            stored = stored_schema_version(saver._metadata(row), chain, row.checkpoint_id)
+            if chain.needs(stored):
+                pending[row.thread_id] = None
+            else:
+                report.checkpoints_current += 1
+    report.threads_seen = len(seen)
+    return sorted(pending)
+
+
+async def _migrate_thread(
+    saver: StoreCheckpointer,
+    chain: SchemaChain,
+    thread_id: str,
+    dry_run: bool,
+    report: MigrationReport,
+) -> None:
+    """Rewrite a thread's old checkpoints, oldest first, so that a list value growing along the
+    thread is stored as append-deltas on the one rewritten before it, as `put` stores it."""
+    from ..core.saver import stored_schema_version
+
+    store = saver._store
+    rows = [r async for r in store.iter_checkpoints(ListQuery(thread_id=thread_id))]
+    todo: list[tuple[CheckpointRow, int]] = []
+    for row in reversed(rows):
+        stored = stored_schema_version(saver._metadata(row), chain, row.checkpoint_id)
+        if chain.needs(stored):
+            todo.append((row, stored))
+    if not todo:
+        return
+    log = AppendLog(2**saver._log.top_level)
+    last: dict[tuple[str, str], tuple[Version, Any]] = {}  # (ns, channel) -> last written
+    migrated = 0
+    for start in range(0, len(todo), _PAGE):
+        page = todo[start : start + _PAGE]
+        tuples = await saver._load([r for r, _ in page], upgrade=False)
+        by_ns: dict[str, list[str]] = defaultdict(list)
+        for row, _ in page:
+            by_ns[row.checkpoint_ns].append(row.checkpoint_id)
+        raw_writes: dict[tuple[str, str], list[WriteRow]] = {}
+        for ns, ids in by_ns.items():
+            for cid, ws in (await store.read_writes(thread_id, ns, ids)).items():
+                raw_writes[(ns, cid)] = ws
+        for (row, stored), tup in zip(page, tuples, strict=True):
+            ns, cid = row.checkpoint_ns, row.checkpoint_id
+            old = tup.checkpoint["channel_values"]
+            values = chain.upgrade(old, stored)
+            header = saver._header(row)
+            old_versions: Mapping[str, Version] = header["channel_versions"]
+            removed = tuple(sorted(ch for ch in old if ch not in values))
+            added = tuple(sorted(ch for ch in values if ch not in old))
+            changed = tuple(sorted(
+                ch for ch in values if ch in old and values[ch] is not old[ch]
+            ))
+            versions: dict[str, Version] = {
+                ch: v for ch, v in old_versions.items() if ch not in removed
+            }
+            to_store: dict[str, Version] = {}
+            bump: Version | None = None
+            for ch in (*added, *changed):
+                prev = last.get((ns, ch))
+                if prev is not None and prev[1] == values[ch]:
+                    versions[ch] = prev[0]  # the same value as the last one rewritten: share it
+                    continue
+                if bump is None:
+                    bump = next_version(max(old_versions.values(), default=None))
+                versions[ch] = to_store[ch] = bump
+            writes, n_writes = _upgraded_writes(saver, chain, raw_writes.get((ns, cid), []), stored)
+            report.changes.append(CheckpointChange(
+                thread_id, ns, cid, stored, chain.current, added, removed, changed, n_writes
+            ))
+            if dry_run:
+                migrated += 1
+                report.checkpoints_migrated += 1
+                report.writes_migrated += n_writes
+                continue
+            blobs, plans = codec.encode_blobs(saver.serde, log, thread_id, ns, values, to_store)
+            md = {**saver._metadata(row), "schema_version": chain.current}
+            new_row = replace(
+                row,
+                checkpoint=codec.dumps(
+                    saver.serde, {**header, "channel_versions": versions}, f"checkpoint {cid!r}"
+                ),
+                metadata=codec.dumps(saver.serde, md, f"metadata of checkpoint {cid!r}"),
+                versions=codec.blob_keys(versions) if saver._row_versions else None,
+            )
+            entry = MigrationEntry(thread_id, ns, cid, stored, chain.current, time.time())
+            if await store.rewrite_checkpoint(new_row, blobs, writes, entry):
+                for ch, plan in plans.items():
+                    log.commit(thread_id, ns, ch, plan)
+                for ch in to_store:
+                    last[(ns, ch)] = (to_store[ch], values[ch])
+                migrated += 1
+                report.checkpoints_migrated += 1
+                report.writes_migrated += n_writes
+            else:  # migrated meanwhile by another run: build on nothing this run did not write
+                report.changes.pop()
+                report.already_logged += 1
+                log.forget(thread_id)
+                last.clear()
+    if migrated:
+        report.threads_migrated += 1
+    if migrated and not dry_run:
+        # Values the rewrite replaced are read by no checkpoint any more.
+        await store.delete_checkpoints(thread_id, [], saver._plan_gc)
+        saver._log.forget(thread_id)
+
+
+def _upgraded_writes(
+    saver: StoreCheckpointer, chain: SchemaChain, rows: list[WriteRow], stored: int
+) -> tuple[list[WriteRow] | None, int]:
+    """A checkpoint's pending writes at the current version (None: nothing to change), and how
+    many of them were upgraded."""
+    from . import is_reserved
+
+    if not any(not is_reserved(w.channel) for w in rows):
+        return None, 0
+    # Rows come in the order LangGraph applies them; a task's writes are renumbered in that
+    # order (an upgrade may turn one write into several), the special ones keep their index.
+    out: list[WriteRow] = []
+    per_task: dict[str, int] = defaultdict(int)
+    upgraded = 0
+    for w in rows:
+        if is_reserved(w.channel):
+            pairs = [(w.channel, None)]
+        else:
+            upgraded += 1
+            value = codec.loads(saver.serde, (w.type, w.data), f"write to channel {w.channel!r}")
+            pairs = chain.upgrade_write(w.channel, value, stored)
+        for ch, v in pairs:
+            if ch in WRITES_IDX_MAP:
+                idx = WRITES_IDX_MAP[ch]
+            else:
+                idx = per_task[w.task_id]
+                per_task[w.task_id] += 1
+            if is_reserved(w.channel):
+                out.append(replace(w, idx=idx))
+            else:
+                type_, data = codec.dumps(saver.serde, v, f"write to channel {ch!r}")
+                out.append(replace(w, idx=idx, channel=ch, type=type_, data=data))
+    return out, upgraded
+
+
+__all__ = ["CheckpointChange", "MigrationProgress", "MigrationReport", "migrate_threads"]
