@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from .backends.redis import RedisCheckpointer
     from .backends.sqlite import SQLiteCheckpointer
     from .connect import connect
+    from .core.rows import MigrationEntry
+    from .migrations import SchemaChain, SchemaVersionError, Step
+    from .migrations.runner import MigrationProgress, MigrationReport
     from .state import (
         AgentSnapshot,
         AgentState,
@@ -48,6 +51,12 @@ _LAZY = {
     "PostgresCheckpointer": ".backends.postgres",
     "RedisCheckpointer": ".backends.redis",
     "connect": ".connect",
+    "MigrationEntry": ".core.rows",
+    "SchemaChain": ".migrations",
+    "SchemaVersionError": ".migrations",
+    "Step": ".migrations",
+    "MigrationProgress": ".migrations.runner",
+    "MigrationReport": ".migrations.runner",
     **dict.fromkeys(
         (
             "AgentSnapshot", "AgentState", "MemoryRef", "PlanStep", "ToolCall", "ToolSpec",
@@ -66,12 +75,18 @@ __all__ = [
     "InvalidConfigError",
     "InvalidFilterError",
     "MemoryRef",
+    "MigrationEntry",
+    "MigrationProgress",
+    "MigrationReport",
     "MissingDependencyError",
     "PlanStep",
     "PostgresCheckpointer",
     "RedisCheckpointer",
     "SQLiteCheckpointer",
+    "SchemaChain",
+    "SchemaVersionError",
     "SerializationError",
+    "Step",
     "StorageVersionError",
     "StoreUnavailableError",
     "ToolCall",

@@ -136,3 +136,32 @@ def test_rewrite_entry_survives_a_new_checkpointer(backend: str, tmp_path: Any) 
             second.close()
     finally:
         cleanup(backend, first)
+
+
+def test_rewrite_stores_deltas_on_a_present_base_and_whole_values_otherwise(
+    saver: StoreCheckpointer,
+) -> None:
+    store: Store = saver._store
+    conf1, c1 = _seed(saver, "t-d")
+    cid = conf1["configurable"]["checkpoint_id"]
+    row = _run(saver, store.read_checkpoint("t-d", "", cid))
+    dumps = saver.serde.dumps_typed
+    # 'msgs' at 3.5 is a delta on the stored 1.25 (["x"]); 'other' at 3.5 a delta on a base
+    # that does not exist, so it must land whole.
+    blobs = [
+        BlobRow("msgs", "3.5", *dumps(["y", "z"]), base_version="1.25",
+                full=lambda: dumps(["x", "y", "z"])),
+        BlobRow("other", "3.5", *dumps([2]), base_version="9.99", full=lambda: dumps([1, 2])),
+    ]
+    c = dict(c1, channel_versions={"a": 1.5, "msgs": 3.5, "other": 3.5})
+    new_row = replace(
+        row,
+        checkpoint=dumps({k: v for k, v in c.items() if k != "channel_values"}),
+        versions={"a": "1.5", "msgs": "3.5", "other": "3.5"},
+    )
+    entry = MigrationEntry("t-d", "", cid, 1, 2, time.time())
+    assert _run(saver, store.rewrite_checkpoint(new_row, blobs, None, entry)) is True
+    tup = saver.get_tuple(conf1)
+    assert tup is not None
+    assert tup.checkpoint["channel_values"] == {"a": "old", "msgs": ["x", "y", "z"],
+                                                "other": [1, 2]}

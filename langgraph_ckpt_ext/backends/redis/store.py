@@ -359,8 +359,8 @@ class RedisStore:
         tid, ns, cid = row.thread_id, row.checkpoint_ns, row.checkpoint_id
         if (entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id) != (tid, ns, cid):
             raise ValueError(f"migration entry {entry.key!r} is not for checkpoint {(tid, ns, cid)!r}")
-        check_parts(ns, cid, *(p for b in blobs for p in (b.channel, b.version)))
-        args: list[Any] = [
+        check_parts(ns, cid, *(p for b in blobs for p in (b.channel, b.version, b.base_version or "")))
+        head: list[Any] = [
             self._ttl_arg, ns, cid, _pack_row(row),
             # A row read back has no channel list: the stored one stays (same channels read).
             "1" if row.versions is None else "",
@@ -369,10 +369,7 @@ class RedisStore:
             "" if writes is None else "1",
             len(blobs),
         ]
-        for b in blobs:
-            # Full values only: a delta's base may be rewritten or collected independently.
-            type_, data = b.full() if b.base_version is not None and b.full else (b.type, b.data)
-            args += [_b(f"{ns}\0{b.channel}\0{b.version}"), _b(f"\0{type_}\0") + data]
+        tail: list[Any] = []
         for w in writes or ():
             if (w.thread_id, w.checkpoint_ns, w.checkpoint_id) != (tid, ns, cid):
                 raise ValueError(
@@ -380,8 +377,24 @@ class RedisStore:
                     f"is not for checkpoint {(tid, ns, cid)!r}"
                 )
             check_parts(w.task_id)
-            args += [_write_field(w), ormsgpack.packb([w.channel, w.type, w.data, w.task_path])]
-        if not await self._call("REWRITE", self.keys(tid), args):
+            tail += [_write_field(w), ormsgpack.packb([w.channel, w.type, w.data, w.task_path])]
+        whole: set[bytes] = set()  # fields of deltas whose base is gone: sent whole
+        for _ in range(2):
+            args = list(head)
+            for b in blobs:
+                field = _b(f"{ns}\0{b.channel}\0{b.version}")
+                if b.base_version is None or field in whole:
+                    type_, data = (b.type, b.data) if b.base_version is None else b.full()  # type: ignore[misc]
+                    args += [field, _b(f"\0{type_}\0") + data, ""]
+                else:
+                    args += [field, _b(f"{b.base_version}\0{b.type}\0") + b.data,
+                             _b(f"{ns}\0{b.channel}\0{b.base_version}")]
+            args += tail
+            done = await self._call("REWRITE", self.keys(tid), args)
+            if not isinstance(done, list):
+                break
+            whole.update(_b(f) if isinstance(f, str) else f for f in done)
+        if not done:
             return False
         await self._index(tid, [row.run_id] if row.run_id else [])
         await self._after_write()
