@@ -23,6 +23,14 @@ EXPECTED = {
         "ticket-42       status=approved  Final answer: the disk has room again.",
         "ticket-42-fork  status=rejected  Final answer: nothing deleted; the disk is still full.",
     ],
+    "02_schema_migration.ipynb": [
+        "order-17 read as schema version 3",
+        "resumed under v3: Human said: approved (normal priority)",
+        "threads: 2 / 2",
+        "second run: 0 checkpoint(s) migrated",
+        "refused: the chain from version 1 to 4 has a gap: no upcaster from version(s) [2]",
+        "refused: stored state has schema version 3, newer than the 2 this code knows",
+    ],
 }
 
 

@@ -69,3 +69,69 @@ def test_a_failing_or_wrong_upcaster_is_named() -> None:
         SchemaChain(current=2, upcasters={1: broken}).upgrade({}, stored=1)
     with pytest.raises(SchemaVersionError, match="returned list"):
         SchemaChain(current=2, upcasters={1: lambda v: []}).upgrade({}, stored=1)  # type: ignore[arg-type,return-value]
+
+
+def test_the_scenario_upcasters_alone() -> None:
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from tests.schema_graphs import v1_to_v2 as rename
+    from tests.schema_graphs import v2_to_v3 as to_messages
+
+    assert rename({"objective": "x", "turns": 2}) == {"goal": "x", "turns": 2}
+    assert rename({"turns": 2}) == {"turns": 2}  # nothing to rename: nothing invented
+    out = to_messages({"messages": [{"id": "1", "role": "human", "text": "hi"},
+                                    {"id": "2", "role": "ai", "text": "yo"}]})
+    assert out == {"messages": [HumanMessage("hi", id="1"), AIMessage("yo", id="2")],
+                   "priority": "normal"}
+    assert to_messages({"priority": "high"}) == {"priority": "high"}
+
+
+def test_langgraph_channels_pass_through_untouched() -> None:
+    chain = SchemaChain(current=2, upcasters={1: lambda v: {k.upper(): x for k, x in v.items()}})
+    out = chain.upgrade({"a": 1, "__start__": {"a": 1}, "branch:to:node": None}, stored=1)
+    assert out == {"A": 1, "__start__": {"a": 1}, "branch:to:node": None}
+    assert chain.upgrade_write("__interrupt__", "x", 1) == [("__interrupt__", "x")]
+
+
+def test_pending_writes_upgrade_without_the_defaults_of_an_empty_state() -> None:
+    chain = SchemaChain(current=3, upcasters={1: v1_to_v2, 2: v2_to_v3})
+    # a renamed channel's write is renamed; the defaults v2_to_v3 fills in are not written
+    assert chain.upgrade_write("objective", "x", 1) == [("goal", "x")]
+    assert chain.upgrade_write("tools", ["search"], 2) == [("tools", [{"name": "search"}])]
+    # a write of the very value a default would give is still kept on its own channel
+    assert chain.upgrade_write("priority", 0, 2) == [("priority", 0)]
+    assert chain.upgrade_write("other", 5, 3) == [("other", 5)]  # already current
+
+
+def test_a_step_with_an_explicit_write_rule() -> None:
+    from langgraph_ckpt_ext.migrations import Step
+
+    def split(values: dict[str, Any]) -> dict[str, Any]:
+        first, _, last = values.pop("name", "").partition(" ")
+        values.update(first=first, last=last)
+        return values
+
+    def split_write(channel: str, value: Any) -> list[tuple[str, Any]]:
+        if channel != "name":
+            return [(channel, value)]
+        first, _, last = value.partition(" ")
+        return [("first", first), ("last", last)]
+
+    chain = SchemaChain(current=2, upcasters={1: Step(split, split_write)})
+    assert chain.upgrade({"name": "Ada Lovelace"}, 1) == {"first": "Ada", "last": "Lovelace"}
+    assert chain.upgrade_write("name", "Ada Lovelace", 1) == [("first", "Ada"),
+                                                              ("last", "Lovelace")]
+    assert chain.upgrade_write("age", 36, 1) == [("age", 36)]
+    with pytest.raises(SchemaVersionError, match="not callable"):
+        SchemaChain(current=2, upcasters={1: Step(split, "nope")})  # type: ignore[arg-type]
+
+
+def test_a_failing_upcaster_names_its_step() -> None:
+    def broken(values: dict[str, Any]) -> dict[str, Any]:
+        raise KeyError("objective")
+
+    chain = SchemaChain(current=2, upcasters={1: broken})
+    with pytest.raises(SchemaVersionError, match="from version 1 to 2 failed"):
+        chain.upgrade({"a": 1}, 1)
+    with pytest.raises(SchemaVersionError, match="returned list"):
+        SchemaChain(current=2, upcasters={1: lambda v: [v]}).upgrade({}, 1)
