@@ -147,3 +147,37 @@ def test_reducers() -> None:
         PlanStep(id="1", description="x", status="unknown")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         ToolSpec(name="t", unknown_field=1)  # type: ignore[call-arg]
+
+
+def test_agent_state_under_a_schema_chain(saver: Any) -> None:
+    """An AgentState thread stored at schema v1 reads back, typed, at v2: the upcaster's change
+    applied and `schema_version` following the chain; the agent runs on from there."""
+    from langgraph_ckpt_ext import SchemaChain
+
+    graph = build(saver)
+    config = {"configurable": {"thread_id": "agent-v1"}}
+    graph.invoke({"goal": "help", "schema_version": 1, "available_tools": TOOLS,
+                  "messages": [HumanMessage(content="q1", id="h-1")]}, config)
+
+    def v1_to_v2(values: dict[str, Any]) -> dict[str, Any]:
+        """v2 keeps goals as imperatives with a capital letter, and drops tools with side
+        effects from the tools on offer."""
+        values["goal"] = values.get("goal", "").capitalize()
+        values["available_tools"] = [t for t in values.get("available_tools", [])
+                                     if not t.side_effects]
+        return values
+
+    saver.schema_chain = SchemaChain(current=2, upcasters={1: v1_to_v2})
+    try:
+        snap = load_agent_state(saver, config)
+        assert snap is not None
+        assert (snap.goal, snap.schema_version) == ("Help", 2)
+        assert [t.name for t in snap.available_tools] == ["search"]
+        graph.invoke({"messages": [HumanMessage(content="q2", id="h-2")]}, config)
+        after = load_agent_state(saver, config)
+        assert after is not None and after.schema_version == 2 and after.goal == "Help"
+        assert after.iterations == 4 and len(after.tool_call_history) == 2
+        assert saver.migrate_threads().threads_migrated == 1
+        assert load_agent_state(saver, config) == after
+    finally:
+        saver.schema_chain = None

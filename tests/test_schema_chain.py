@@ -88,8 +88,11 @@ def test_the_scenario_upcasters_alone() -> None:
 
 def test_langgraph_channels_pass_through_untouched() -> None:
     chain = SchemaChain(current=2, upcasters={1: lambda v: {k.upper(): x for k, x in v.items()}})
-    out = chain.upgrade({"a": 1, "__start__": {"a": 1}, "branch:to:node": None}, stored=1)
-    assert out == {"A": 1, "__start__": {"a": 1}, "branch:to:node": None}
+    out = chain.upgrade({"a": 1, "branch:to:node": None, "__pregel_tasks": [1]}, stored=1)
+    assert out == {"A": 1, "branch:to:node": None, "__pregel_tasks": [1]}
+    # the input a step started with is an update of state channels: upgraded like a write
+    out = chain.upgrade({"__start__": {"a": 1, "__root__": 2}}, stored=1)
+    assert out == {"__start__": {"A": 1, "__root__": 2}}
     assert chain.upgrade_write("__interrupt__", "x", 1) == [("__interrupt__", "x")]
 
 
@@ -124,6 +127,12 @@ def test_a_step_with_an_explicit_write_rule() -> None:
     assert chain.upgrade_write("age", 36, 1) == [("age", 36)]
     with pytest.raises(SchemaVersionError, match="not callable"):
         SchemaChain(current=2, upcasters={1: Step(split, "nope")})  # type: ignore[arg-type]
+
+
+def test_a_schema_version_field_follows_the_chain() -> None:
+    chain = SchemaChain(current=3, upcasters={1: v1_to_v2, 2: v2_to_v3})
+    assert chain.upgrade({"schema_version": 1, "objective": "x"}, 1)["schema_version"] == 3
+    assert "schema_version" not in chain.upgrade({"objective": "x"}, 1)
 
 
 def test_a_failing_upcaster_names_its_step() -> None:

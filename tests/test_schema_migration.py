@@ -61,7 +61,9 @@ def stored_v1(backend: str, tmp_path: Path) -> Any:
     cleanup(backend, v3)
 
 
-def test_v3_graph_reads_resumes_and_forks_v1_threads(stored_v1: StoreCheckpointer) -> None:
+def test_v3_graph_reads_resumes_and_forks_v1_threads(
+    stored_v1: StoreCheckpointer, backend: str, tmp_path: Path
+) -> None:
     saver = stored_v1
     g3 = graph_v3().compile(checkpointer=saver)
 
@@ -108,9 +110,30 @@ def test_v3_graph_reads_resumes_and_forks_v1_threads(stored_v1: StoreCheckpointe
     assert out["turns"] == 2 and out["goal"] == "forked"
     assert [m.content for m in out["messages"]][-2:] == ["branch", "echo: branch"]
 
+    # replaying from the input checkpoint of a v1 turn: its input is upgraded too
+    start = next(s for s in reversed(list(g3.get_state_history(conf("done"))))
+                 if s.metadata.get("source") == "input")
+    out = g3.invoke(None, start.config)
+    assert [m.content for m in out["messages"]] == ["hello", "echo: hello"]
+    assert all(isinstance(m, BaseMessage) for m in out["messages"])
+
     # the branch that went on to turn 3 is still there, next to the fork
     turns = [s.values.get("turns") for s in g3.get_state_history(conf("done"))]
-    assert 3 in turns and turns[0] == 2
+    assert 3 in turns and turns[0] == 1
+
+    # what the v3 runs wrote is stored whole: values the upgrade changed on read were stored
+    # with the first checkpoint holding them (read here by a process with no chain and no
+    # memory of those runs)
+    if backend in PERSISTENT:
+        fresh = reopen(backend, saver, tmp_path)
+        try:
+            g = graph_v3().compile(checkpointer=fresh)
+            for thread in ("paused", "done"):
+                latest = g.get_state(conf(thread))
+                assert latest.metadata["schema_version"] == 3 and is_v3(latest.values)
+                assert latest.values["goal"] and latest.values["turns"] >= 1
+        finally:
+            fresh.close()
 
 
 def test_eager_migration_rewrites_every_thread_once(stored_v1: StoreCheckpointer) -> None:

@@ -8,7 +8,7 @@ sync twins, which all go through one bridge.
 from __future__ import annotations
 
 import builtins
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -33,9 +33,9 @@ from .bridge import Bridge, iterate_inline, run_inline
 from .config import checkpoint_id_of, checkpoint_ns_of, make_config, thread_id_of
 from .errors import InvalidConfigError
 from .filters import matches, validate_filter
-from .rows import BlobRef, CheckpointRow, ListQuery
+from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery
 from .store import BlobKey, Store
-from .versions import Version, is_upgraded, next_version, plain, upgraded_version
+from .versions import Version, is_upgraded, next_version, plain, upgraded_version, version_key
 
 if TYPE_CHECKING:
     from ..migrations import SchemaChain
@@ -86,6 +86,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
     ) -> None:
         super().__init__(serde=serde or strict_serde())
         self.schema_chain = schema_chain
+        self._upgrades_stored: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
         self._store = store
         # A store that resolves blobs server-side needs each row's channel versions.
         self._row_versions = bool(getattr(store, "wants_versions", False))
@@ -173,12 +174,14 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         md = get_serializable_checkpoint_metadata(config, metadata)
         if self.schema_chain is not None:
             md["schema_version"] = self.schema_chain.current  # type: ignore[typeddict-unknown-key]
-        checkpoint, new_versions = _store_upgraded(checkpoint, new_versions)
+        checkpoint, upgraded = _store_upgraded(checkpoint, new_versions)
         header = codec.encode_header(self.serde, checkpoint)
         md_typed = codec.dumps(self.serde, md, f"metadata of checkpoint {checkpoint_id!r}")
         blobs, plans = codec.encode_blobs(
             self.serde, self._log, thread_id, ns, checkpoint["channel_values"], new_versions
         )
+        if upgraded:
+            blobs += self._upgraded_blobs(thread_id, ns, checkpoint["channel_values"], upgraded)
         run_id = md.get("run_id")
         row = CheckpointRow(
             thread_id,
@@ -194,6 +197,23 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         for channel, plan in plans.items():
             self._log.commit(thread_id, ns, channel, plan, full=channel in fell_back)
         return make_config(thread_id, ns, checkpoint_id)
+
+    def _upgraded_blobs(
+        self, thread_id: str, ns: str, values: Mapping[str, Any], versions: Mapping[str, str]
+    ) -> builtins.list[BlobRow]:
+        """Whole rows for values a schema upgrade gave a version on read, the first time a
+        checkpoint holding them is stored by this process (later checkpoints of the same run
+        still hold the marked version, and the row is there by then)."""
+        rows = []
+        for ch, vkey in versions.items():
+            key = (thread_id, ns, ch, vkey)
+            if ch in values and key not in self._upgrades_stored:
+                what = f"channel {ch!r}"
+                rows.append(BlobRow(ch, vkey, *codec.dumps(self.serde, values[ch], what)))
+                self._upgrades_stored[key] = None
+                if len(self._upgrades_stored) > 4096:
+                    self._upgrades_stored.popitem(last=False)
+        return rows
 
     async def aput_writes(
         self,
@@ -632,17 +652,22 @@ def _max_version(versions: Iterable[Version]) -> Version | None:
 
 def _store_upgraded(
     checkpoint: Checkpoint, new_versions: ChannelVersions
-) -> tuple[Checkpoint, ChannelVersions]:
-    """Values that a schema upgrade changed on read are stored with the first checkpoint that
-    holds them (LangGraph only passes the channels a step wrote in `new_versions`); the marked
-    versions, which nodes may have seen since, are stored as plain ones."""
+) -> tuple[Checkpoint, dict[str, str]]:
+    """The checkpoint as stored (marked versions made plain, also where nodes saw them), and the
+    channels holding a value that a schema upgrade changed on read and that this step did not
+    write (channel -> version key): LangGraph names only a step's writes in `new_versions`, so
+    those values are stored with the first checkpoint that holds them."""
     versions = checkpoint["channel_versions"]
     seen = checkpoint.get("versions_seen") or {}
     if not any(is_upgraded(v) for v in versions.values()) and not any(
         is_upgraded(v) for node in seen.values() for v in node.values()
     ):
-        return checkpoint, new_versions
-    extra = {ch: plain(v) for ch, v in versions.items() if is_upgraded(v) and ch not in new_versions}
+        return checkpoint, {}
+    extra = {
+        ch: version_key(plain(v))
+        for ch, v in versions.items()
+        if is_upgraded(v) and ch not in new_versions
+    }
     stored = {
         **checkpoint,
         "channel_versions": {ch: plain(v) for ch, v in versions.items()},
@@ -650,4 +675,4 @@ def _store_upgraded(
             node: {ch: plain(v) for ch, v in vs.items()} for node, vs in seen.items()
         },
     }
-    return cast(Checkpoint, stored), {**extra, **new_versions}
+    return cast(Checkpoint, stored), extra

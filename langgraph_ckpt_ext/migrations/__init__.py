@@ -19,7 +19,9 @@ checkpoints when they are read, and rewrites stored threads on `migrate_threads(
 
 Upcasters see and return only the state's channels: LangGraph's own (`__start__`,
 `__interrupt__`, `branch:to:node`, ...: a name starting with `__` or holding `:`) pass through
-untouched. Return new values rather than changing the given ones in place.
+untouched, except the input a step was started with (`__start__`), which is upgraded as pending
+writes are. A state field named `schema_version` (as `AgentState` has) is set to the current
+version. Return new values rather than changing the given ones in place.
 
 Pending writes (a step's writes not yet in a checkpoint: those of a thread paused at an
 interrupt) are upgraded one at a time: by default the step's upcaster runs on `{channel: value}`
@@ -41,6 +43,7 @@ Upcaster = Callable[[Values], Values]
 WriteUpcaster = Callable[[str, Any], Iterable[tuple[str, Any]]]
 
 _NO_BASE = object()
+START_CHANNEL = "__start__"
 
 
 def is_reserved(channel: str) -> bool:
@@ -133,10 +136,20 @@ class SchemaChain:
         out = {k: v for k, v in values.items() if not is_reserved(k)}
         for version in range(stored, self.current):
             out = self._step(version, out)
+        if isinstance(out.get("schema_version"), int) and out["schema_version"] < self.current:
+            out["schema_version"] = self.current  # a state that records its version (AgentState)
         for k, v in values.items():
+            if k == START_CHANNEL and isinstance(v, dict) and stored < self.current:
+                # The input a step was started with: an update of state channels, as a write is.
+                v = {ch: x for key, val in v.items() for ch, x in self._input(key, val, stored)}
             if is_reserved(k):
                 out[k] = v
         return out
+
+    def _input(self, key: Any, value: Any, stored: int) -> list[tuple[Any, Any]]:
+        if not isinstance(key, str) or is_reserved(key):
+            return [(key, value)]
+        return self.upgrade_write(key, value, stored)
 
     def _step(self, version: int, values: Values) -> Values:
         try:
