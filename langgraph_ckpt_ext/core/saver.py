@@ -180,8 +180,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         blobs, plans = codec.encode_blobs(
             self.serde, self._log, thread_id, ns, checkpoint["channel_values"], new_versions
         )
-        if upgraded:
-            blobs += self._upgraded_blobs(thread_id, ns, checkpoint["channel_values"], upgraded)
+        marks = self._upgraded_blobs(thread_id, ns, checkpoint["channel_values"], upgraded)
+        blobs += [b for _, b in marks]
         run_id = md.get("run_id")
         row = CheckpointRow(
             thread_id,
@@ -194,25 +194,26 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
             codec.blob_keys(checkpoint["channel_versions"]) if self._row_versions else None,
         )
         fell_back = await self._store.write_checkpoint(row, blobs)
+        for key, _ in marks:  # stored now: later checkpoints holding the same mark skip it
+            self._upgrades_stored[key] = None
+            if len(self._upgrades_stored) > 4096:
+                self._upgrades_stored.popitem(last=False)
         for channel, plan in plans.items():
             self._log.commit(thread_id, ns, channel, plan, full=channel in fell_back)
         return make_config(thread_id, ns, checkpoint_id)
 
     def _upgraded_blobs(
         self, thread_id: str, ns: str, values: Mapping[str, Any], versions: Mapping[str, str]
-    ) -> builtins.list[BlobRow]:
-        """Whole rows for values a schema upgrade gave a version on read, the first time a
-        checkpoint holding them is stored by this process (later checkpoints of the same run
-        still hold the marked version, and the row is there by then)."""
+    ) -> builtins.list[tuple[tuple[str, str, str, str], BlobRow]]:
+        """Whole rows for values a schema upgrade gave a version on read, until a checkpoint
+        holding them is stored by this process (later checkpoints of the same run still hold
+        the marked version, and the row is there by then)."""
         rows = []
         for ch, vkey in versions.items():
             key = (thread_id, ns, ch, vkey)
             if ch in values and key not in self._upgrades_stored:
                 what = f"channel {ch!r}"
-                rows.append(BlobRow(ch, vkey, *codec.dumps(self.serde, values[ch], what)))
-                self._upgrades_stored[key] = None
-                if len(self._upgrades_stored) > 4096:
-                    self._upgrades_stored.popitem(last=False)
+                rows.append((key, BlobRow(ch, vkey, *codec.dumps(self.serde, values[ch], what))))
         return rows
 
     async def aput_writes(
