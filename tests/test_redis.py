@@ -286,7 +286,7 @@ async def test_cluster_graphs_ttl_and_hostile_ids() -> None:
                 assert state.values["turns"] == 3 and len(state.values["messages"]) == 6
                 history = [s async for s in graph.aget_state_history(cfg(tid))]
                 assert len(history) == 9  # three checkpoints a turn
-            assert len(await cp.store.threads()) == len(HOSTILE)
+            assert len(await cp.store.thread_ids()) == len(HOSTILE)
             every = [t async for t in cp.alist(None)]
             assert len(every) == 9 * len(HOSTILE)
             await cp.acopy_thread("a", "copy of a")
@@ -316,3 +316,28 @@ def test_caller_owned_client_serves_sync_and_async_calls(loop_thread: Any) -> No
     finally:
         loop_thread.run(client.aclose())
         drop_redis_prefixes(prefix)
+
+
+def test_listing_across_many_threads_is_one_merged_order(make: Any) -> None:
+    """`list(None)` merges the threads' own orders, reading each thread a page at a time:
+    the same rows, in the same order, as sorting them all; `before` and `limit` honoured."""
+    import random
+
+    cp = make()
+    rng = random.Random(7)
+    expected: list[tuple[str, str, str]] = []
+    for t in range(40):
+        thread = f"t{t:02}"
+        for i in range(rng.choice([1, 3, 9, 70])):  # some threads longer than a page
+            ns = "" if i % 4 else "sub:1"
+            new, _ = put(cp, thread, {"x": i}, ["x"], ns=ns)
+            c = new["configurable"]
+            expected.append((c["checkpoint_id"], c["checkpoint_ns"], thread))
+    expected.sort(reverse=True)
+    got = [(t.config["configurable"]["checkpoint_id"], t.config["configurable"]["checkpoint_ns"],
+            t.config["configurable"]["thread_id"]) for t in cp.list(None)]
+    assert got == expected
+    pivot = expected[len(expected) // 3]
+    before = {"configurable": {"thread_id": pivot[2], "checkpoint_id": pivot[0]}}
+    got = [t.config["configurable"]["checkpoint_id"] for t in cp.list(None, before=before, limit=50)]
+    assert got == [cid for cid, _, _ in expected if cid < pivot[0]][:50]

@@ -165,3 +165,13 @@ def test_rewrite_stores_deltas_on_a_present_base_and_whole_values_otherwise(
     assert tup is not None
     assert tup.checkpoint["channel_values"] == {"a": "old", "msgs": ["x", "y", "z"],
                                                 "other": [1, 2]}
+
+
+def test_thread_ids_lists_every_thread_once_sorted(saver: StoreCheckpointer) -> None:
+    store: Store = saver._store
+    assert _run(saver, store.thread_ids()) == []
+    for thread in ("t-2", "t-1", "a b}{", "t-10"):
+        _seed(saver, thread)  # two namespaces each
+    assert _run(saver, store.thread_ids()) == ["a b}{", "t-1", "t-10", "t-2"]
+    saver.delete_thread("t-1")
+    assert _run(saver, store.thread_ids()) == ["a b}{", "t-10", "t-2"]

@@ -111,6 +111,10 @@ class MemoryStore:
         for row in found:
             yield row
 
+    async def thread_ids(self) -> list[str]:
+        with self._lock:
+            return sorted({tid for (tid, _), rows in self.checkpoints.items() if rows})
+
     async def read_ancestors(
         self, thread_id: str, ns: str, checkpoint_id: str, limit: int
     ) -> list[CheckpointRow]:

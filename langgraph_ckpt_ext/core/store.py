@@ -60,6 +60,11 @@ class Store(Protocol):
         """Checkpoints matching `query`, newest first: by checkpoint id, namespace, thread id."""
         ...
 
+    async def thread_ids(self) -> list[str]:
+        """Every thread id that has a checkpoint, sorted (a store with expiring threads may
+        name one that has just expired)."""
+        ...
+
     async def read_ancestors(
         self, thread_id: str, ns: str, checkpoint_id: str, limit: int
     ) -> list[CheckpointRow]:

@@ -107,52 +107,29 @@ async def migrate_threads(
 ) -> MigrationReport:
     report = MigrationReport(dry_run=dry_run, to_version=chain.current)
     started = time.perf_counter()
-    pending = await _threads_to_migrate(saver, chain, thread_ids, report)
+    if thread_ids is None:
+        threads = await saver._store.thread_ids()
+    else:
+        threads = list(dict.fromkeys(str(t) for t in thread_ids))
     done = 0
-    gate = asyncio.Semaphore(max(1, concurrency))
+    pending = iter(threads)  # shared by the workers: each thread is taken once
 
-    async def one(thread_id: str) -> None:
+    async def worker() -> None:
         nonlocal done
-        async with gate:
+        for thread_id in pending:
             await _migrate_thread(saver, chain, thread_id, dry_run, report)
-        done += 1
-        if progress is not None:
-            progress(MigrationProgress(done, len(pending), report.checkpoints_migrated, thread_id))
+            done += 1
+            if progress is not None:
+                progress(MigrationProgress(
+                    done, len(threads), report.checkpoints_migrated, thread_id
+                ))
 
     if saver._store.inline or concurrency <= 1:  # an inline store must never suspend
-        for t in pending:
-            await one(t)
+        await worker()
     else:
-        await asyncio.gather(*(one(t) for t in pending))
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
     report.seconds = time.perf_counter() - started
     return report
-
-
-async def _threads_to_migrate(
-    saver: StoreCheckpointer,
-    chain: SchemaChain,
-    thread_ids: Collection[str] | None,
-    report: MigrationReport,
-) -> list[str]:
-    """Threads holding a checkpoint older than the chain's current version (one pass over the
-    checkpoint rows, without their values)."""
-    from ..core.saver import stored_schema_version
-
-    seen: set[str] = set()
-    pending: dict[str, None] = {}
-    queries = (
-        [ListQuery()] if thread_ids is None else [ListQuery(thread_id=str(t)) for t in thread_ids]
-    )
-    for query in queries:
-        async for row in saver._store.iter_checkpoints(query):
-            seen.add(row.thread_id)
-            stored = stored_schema_version(saver._metadata(row), chain, row.checkpoint_id)
-            if chain.needs(stored):
-                pending[row.thread_id] = None
-            else:
-                report.checkpoints_current += 1
-    report.threads_seen = len(seen)
-    return sorted(pending)
 
 
 async def _migrate_thread(
@@ -168,11 +145,15 @@ async def _migrate_thread(
 
     store = saver._store
     rows = [r async for r in store.iter_checkpoints(ListQuery(thread_id=thread_id))]
+    if rows:
+        report.threads_seen += 1
     todo: list[tuple[CheckpointRow, int]] = []
     for row in reversed(rows):
         stored = stored_schema_version(saver._metadata(row), chain, row.checkpoint_id)
         if chain.needs(stored):
             todo.append((row, stored))
+        else:
+            report.checkpoints_current += 1
     if not todo:
         return
     log = AppendLog(2**saver._log.top_level)

@@ -254,3 +254,13 @@ _LOG_COLS = "thread_id, checkpoint_ns, checkpoint_id, from_version, to_version, 
 _LOG_ORDER = "ORDER BY migrated_at, thread_id, checkpoint_ns, checkpoint_id, to_version"
 SELECT_MIGRATIONS = f"SELECT {_LOG_COLS} FROM lgx_schema_log {_LOG_ORDER}"
 SELECT_THREAD_MIGRATIONS = f"SELECT {_LOG_COLS} FROM lgx_schema_log WHERE thread_id = $1 {_LOG_ORDER}"
+
+# Thread ids by a loose index scan: one index probe per thread, not one row read per checkpoint.
+SELECT_THREAD_IDS = """
+WITH RECURSIVE t(tid) AS (
+    SELECT MIN(thread_id) FROM lgx_checkpoints
+    UNION ALL
+    SELECT (SELECT MIN(thread_id) FROM lgx_checkpoints WHERE thread_id > t.tid)
+    FROM t WHERE t.tid IS NOT NULL
+)
+SELECT tid FROM t WHERE tid IS NOT NULL"""

@@ -360,6 +360,9 @@ class PostgresStore:
             rows = await self._fetch(sql.SELECT_THREAD_MIGRATIONS, thread_id)
         return [MigrationEntry(r[0], r[1], r[2], int(r[3]), int(r[4]), float(r[5])) for r in rows]
 
+    async def thread_ids(self) -> list[str]:
+        return [r[0] for r in await self._fetch(sql.SELECT_THREAD_IDS)]
+
     async def find_runs(self, run_ids: Collection[str]) -> list[tuple[str, str, str]]:
         return [tuple(r) for r in await self._fetch(sql.SELECT_RUNS, list(run_ids))]
 

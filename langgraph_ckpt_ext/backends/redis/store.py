@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import heapq
 import math
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,19 @@ from .layout import LAYOUT_VERSION, check_parts, thread_keys
 Client = Any  # redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
 
 _PAGE = 64
+_FIRST = 8  # rows read from each thread before a listing across threads starts merging
+
+
+class _Desc:
+    """A sort key ordered the other way round (heapq is a min-heap; listings go newest first)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple[str, str, str]) -> None:
+        self.key = key
+
+    def __lt__(self, other: _Desc) -> bool:
+        return self.key > other.key
 _ATTEMPTS = 3
 _REPLANS = 8  # prune/delete_for_runs re-plan when the thread changed under them
 _SWEEP_EVERY = 512  # writes between two steps of the thread-index sweep
@@ -546,9 +560,9 @@ class RedisStore:
             out = {cid: [w for w in ws if w.channel in chans] for cid, ws in out.items()}
         return out
 
-    async def threads(self) -> list[str]:
-        """Every thread id in the thread index (some may have just expired)."""
-        return [_s(m) for m in await self._command("ZRANGE", self._threads_key, 0, -1)]
+    async def thread_ids(self) -> list[str]:
+        """Every thread id in the thread index, sorted (some may have just expired)."""
+        return sorted(_s(m) for m in await self._command("ZRANGE", self._threads_key, 0, -1))
 
     def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
         ns = query.checkpoint_ns
@@ -557,7 +571,9 @@ class RedisStore:
         if query.checkpoint_id is not None:
             check_parts(query.checkpoint_id)
 
-        async def thread_page(tid: str, cursor: Cursor | None) -> list[CheckpointRow]:
+        async def thread_page(
+            tid: str, cursor: Cursor | None, size: int = _PAGE
+        ) -> list[CheckpointRow]:
             cid, before = query.checkpoint_id, query.before
             if ns is not None:
                 head = _b(ns) + b"\0"
@@ -581,21 +597,44 @@ class RedisStore:
                 if cursor is not None:
                     uppers.append((_b(cursor[0]) + b"\0" + _b(cursor[1]), tid < cursor[2]))
             flat = await self._call(
-                "PAGE", self.keys(tid), [index, _tightest(uppers), low, _PAGE]
+                "PAGE", self.keys(tid), [index, _tightest(uppers), low, size]
             )
             return [_field_row(tid, flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
 
         async def page(cursor: Cursor | None) -> list[CheckpointRow]:
-            tids = [query.thread_id] if query.thread_id is not None else await self.threads()
-            found: list[CheckpointRow] = []
+            assert query.thread_id is not None
+            return await thread_page(query.thread_id, cursor)
+
+        async def merged() -> AsyncIterator[CheckpointRow]:
+            """Every thread's rows in one order: a k-way merge of per-thread pages, each
+            thread read a page at a time as the merge reaches it."""
+            heap: list[tuple[_Desc, str, deque[CheckpointRow], bool]] = []
+
+            def push(tid: str, rows: deque[CheckpointRow], more: bool) -> None:
+                r = rows[0]
+                heapq.heappush(heap, (_Desc((r.checkpoint_id, r.checkpoint_ns, tid)), tid, rows,
+                                      more))
+
+            tids = await self.thread_ids()
             for start in range(0, len(tids), 64):
                 chunk = tids[start:start + 64]
-                for rows in await asyncio.gather(*(thread_page(t, cursor) for t in chunk)):
-                    found += rows
-            found.sort(key=lambda r: (r.checkpoint_id, r.checkpoint_ns, r.thread_id), reverse=True)
-            return found[:_PAGE]
+                pages = await asyncio.gather(*(thread_page(t, None, _FIRST) for t in chunk))
+                for tid, first in zip(chunk, pages, strict=True):
+                    if first:
+                        push(tid, deque(first), len(first) == _FIRST)
+            while heap:
+                _, tid, rows, more = heapq.heappop(heap)
+                row = rows.popleft()
+                yield row
+                if not rows and more:
+                    nxt = await thread_page(tid, (row.checkpoint_id, row.checkpoint_ns, tid))
+                    rows, more = deque(nxt), len(nxt) == _PAGE
+                if rows:
+                    push(tid, rows, more)
 
-        if query.thread_id is not None and self.refresh_on_read:
+        if query.thread_id is None:
+            return merged()
+        if self.refresh_on_read:
             return self._touching(query.thread_id, keyset_pages(page, _PAGE))
         return keyset_pages(page, _PAGE)
 

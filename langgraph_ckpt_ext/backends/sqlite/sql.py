@@ -174,3 +174,13 @@ SELECT_SCHEMA_LOG = f"SELECT {_SCHEMA_LOG_COLS} FROM lgx_schema_log {_SCHEMA_LOG
 SELECT_THREAD_SCHEMA_LOG = (
     f"SELECT {_SCHEMA_LOG_COLS} FROM lgx_schema_log WHERE thread_id = ? {_SCHEMA_LOG_ORDER}"
 )
+
+# Thread ids by a loose index scan: one index probe per thread, not one row read per checkpoint.
+SELECT_THREAD_IDS = """
+WITH RECURSIVE t(tid) AS (
+    SELECT MIN(thread_id) FROM lgx_checkpoints
+    UNION ALL
+    SELECT (SELECT MIN(thread_id) FROM lgx_checkpoints WHERE thread_id > t.tid)
+    FROM t WHERE t.tid IS NOT NULL
+)
+SELECT tid FROM t WHERE tid IS NOT NULL"""

@@ -301,6 +301,9 @@ class SQLiteStore:
             for tid, ns, cid, old, new, at in rows
         ]
 
+    async def thread_ids(self) -> list[str]:
+        return [r[0] for r in await self._fetchall(sql.SELECT_THREAD_IDS, ())]
+
     async def find_runs(self, run_ids: Collection[str]) -> list[tuple[str, str, str]]:
         out: list[tuple[str, str, str]] = []
         for chunk in _chunks(list(run_ids)):
