@@ -1,0 +1,67 @@
+"""Time travel over any `BaseCheckpointSaver`: history, inspect, diff, fork, replay, A/B forks,
+lineage (and, on our checkpointers, a tamper-evident audit trail).
+
+Every helper is one implementation over the saver interface, with a sync and an async form;
+our checkpointers also offer them as methods (`checkpointer.history(thread_id)`, ...).
+"""
+
+from ._base import CheckpointNotFoundError, ThreadExistsError
+from .compare import adiff, diff
+from .diff import StateDiff, diff_values
+from .fork import ForkNode, afork, alineage, fork, lineage
+from .history import (
+    HistoryEntry,
+    HistoryPage,
+    Inspection,
+    ahistory,
+    ahistory_page,
+    ainspect,
+    history,
+    history_page,
+    inspect,
+)
+from .replay import (
+    ABResult,
+    Transition,
+    Variant,
+    VariantRun,
+    aab_test,
+    ab_test,
+    areplay,
+    arerun,
+    replay,
+    rerun,
+)
+
+__all__ = [
+    "ABResult",
+    "CheckpointNotFoundError",
+    "ForkNode",
+    "HistoryEntry",
+    "HistoryPage",
+    "Inspection",
+    "StateDiff",
+    "ThreadExistsError",
+    "Transition",
+    "Variant",
+    "VariantRun",
+    "aab_test",
+    "ab_test",
+    "adiff",
+    "afork",
+    "ahistory",
+    "ahistory_page",
+    "ainspect",
+    "alineage",
+    "areplay",
+    "arerun",
+    "diff",
+    "diff_values",
+    "fork",
+    "history",
+    "history_page",
+    "inspect",
+    "lineage",
+    "replay",
+    "rerun",
+]

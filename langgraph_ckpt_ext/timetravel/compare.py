@@ -1,0 +1,33 @@
+"""`diff` of two stored checkpoints, of one thread or of two."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from ._base import must_get, run_sync
+from .diff import StateDiff, diff_values
+from .history import user_values
+
+
+async def adiff(saver: BaseCheckpointSaver[Any], a: RunnableConfig, b: RunnableConfig) -> StateDiff:
+    """What changed from checkpoint `a` to checkpoint `b` (either may be a thread's latest:
+    leave out its checkpoint id), in the state's own channels, after any schema upgrade."""
+    ta = await must_get(saver, a)
+    tb = await must_get(saver, b)
+    return diff_values(
+        user_values(ta.checkpoint["channel_values"]),
+        user_values(tb.checkpoint["channel_values"]),
+        labels=(_label(ta.config), _label(tb.config)),
+    )
+
+
+def diff(saver: BaseCheckpointSaver[Any], a: RunnableConfig, b: RunnableConfig) -> StateDiff:
+    return run_sync(saver, adiff(saver, a, b))
+
+
+def _label(config: RunnableConfig) -> str:
+    conf = config["configurable"]
+    return f"{conf['thread_id']}@{conf.get('checkpoint_id')}"

@@ -1,0 +1,306 @@
+"""`fork`: a new thread holding a thread's history up to one checkpoint; `lineage`: the tree of
+forks a thread belongs to.
+
+A fork copies the source's chain of checkpoints up to the fork point (every ancestor, with its
+pending writes, and the subgraph checkpoints written meanwhile) through the ordinary
+`BaseCheckpointSaver` interface, so it works on any saver. The copy of the fork point carries
+the link to its origin in its metadata:
+
+    fork_of        the source thread id
+    fork_checkpoint  the source checkpoint id
+    fork_thread    the fork's own thread id (copies of the fork point into later forks keep the
+                   link of their own fork, which this tells apart)
+    forked_at      when (ISO 8601, UTC)
+"""
+
+from __future__ import annotations
+
+import html
+import uuid
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+
+from ..core.errors import InvalidConfigError
+from ._base import (
+    CheckpointNotFoundError,
+    ThreadExistsError,
+    ids_of,
+    must_get,
+    run_sync,
+    thread_config,
+    thread_exists,
+)
+
+
+async def _chain(saver: BaseCheckpointSaver[Any], head: CheckpointTuple) -> list[CheckpointTuple]:
+    """`head` and its ancestors, oldest first."""
+    chain = [head]
+    while chain[-1].parent_config is not None:
+        parent = await saver.aget_tuple(chain[-1].parent_config)
+        if parent is None:
+            break  # the history was pruned below here: the copy starts at the oldest kept
+        chain.append(parent)
+    chain.reverse()
+    return chain
+
+
+async def _put_chain(
+    saver: BaseCheckpointSaver[Any],
+    target: str,
+    chain: list[CheckpointTuple],
+    marks: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """Put `chain` (one namespace, oldest first) under thread `target`, each checkpoint with its
+    pending writes; `marks` adds metadata to the checkpoints it names."""
+    previous: Mapping[str, Any] = {}
+    parent: str | None = None
+    for tup in chain:
+        _, ns, _ = ids_of(tup.config)
+        cp = tup.checkpoint
+        versions = cp["channel_versions"]
+        # Only what moved since the previous copy: the rest is stored under the same version.
+        new_versions = {ch: v for ch, v in versions.items() if previous.get(ch) != v}
+        metadata = {**(tup.metadata or {}), **marks.get(cp["id"], {})}
+        conf = thread_config(target, ns, parent)
+        stored = await saver.aput(conf, cp, metadata, new_versions)  # type: ignore[arg-type]
+        by_task: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+        for task_id, channel, value in tup.pending_writes or ():
+            by_task[task_id].append((channel, value))
+        # task paths keep the stored order of the writes (LangGraph applies them in that order)
+        for i, (task_id, writes) in enumerate(by_task.items()):
+            await saver.aput_writes(stored, writes, task_id, f"~{i:06d}")
+        previous, parent = versions, cp["id"]
+
+
+async def afork_copy(
+    saver: BaseCheckpointSaver[Any],
+    config: RunnableConfig,
+    new_thread_id: str | None = None,
+) -> RunnableConfig:
+    """The copy part of `fork` (no graph needed): returns the fork point's config."""
+    source = await must_get(saver, config)
+    src_thread, src_ns, _ = ids_of(source.config)
+    if src_ns:
+        raise InvalidConfigError(
+            f"fork a thread at a checkpoint of its root graph, not of subgraph {src_ns!r}"
+        )
+    target = new_thread_id or f"{src_thread}~{uuid.uuid4().hex[:8]}"
+    if not isinstance(target, str) or not target:
+        raise InvalidConfigError(f"new_thread_id must be a non-empty string, got {target!r}")
+    if target == src_thread or await thread_exists(saver, target):
+        raise ThreadExistsError(
+            f"thread {target!r} already holds checkpoints: fork onto a new thread id (or "
+            "delete that thread first)"
+        )
+    point = source.checkpoint["id"]
+    chain = await _chain(saver, source)
+    # Subgraph checkpoints written up to the fork point (a paused subgraph needs its own).
+    children: dict[str, list[CheckpointTuple]] = defaultdict(list)
+    async for tup in saver.alist({"configurable": {"thread_id": src_thread}}):
+        _, ns, cid = ids_of(tup.config)
+        if ns and cid is not None and cid <= point:
+            children[ns].append(tup)
+    mark = {
+        "fork_of": src_thread,
+        "fork_checkpoint": point,
+        "fork_thread": target,
+        "forked_at": datetime.now(timezone.utc).isoformat(),
+    }
+    try:
+        await _put_chain(saver, target, chain, {point: mark})
+        for ns in sorted(children):
+            await _put_chain(saver, target, sorted(children[ns], key=lambda t: t.checkpoint["id"]), {})
+    except BaseException:
+        await saver.adelete_thread(target)  # no half fork left behind
+        raise
+    return thread_config(target, "", point)
+
+
+# -- lineage -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ForkNode:
+    """A thread in a fork tree: where it was forked from, and its own forks."""
+
+    thread_id: str
+    forked_from: tuple[str, str] | None = None
+    """(source thread id, source checkpoint id), None for the tree's root."""
+    forked_at: str | None = None
+    children: list[ForkNode] = field(default_factory=list)
+
+    def walk(self) -> list[ForkNode]:
+        out = [self]
+        for child in self.children:
+            out += child.walk()
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "thread_id": self.thread_id,
+            "forked_from": None if self.forked_from is None else {
+                "thread_id": self.forked_from[0], "checkpoint_id": self.forked_from[1]},
+            "forked_at": self.forked_at,
+            "children": [c.to_dict() for c in self.children],
+        }
+
+    def to_text(self) -> str:
+        lines: list[str] = []
+
+        def draw(node: ForkNode, prefix: str, last: bool, root: bool) -> None:
+            at = "" if node.forked_from is None else f"  (at {node.forked_from[1]})"
+            lines.append(node.thread_id if root else f"{prefix}{'└─ ' if last else '├─ '}"
+                         f"{node.thread_id}{at}")
+            inner = "" if root else prefix + ("   " if last else "│  ")
+            for i, child in enumerate(node.children):
+                draw(child, inner, i == len(node.children) - 1, False)
+
+        draw(self, "", True, True)
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def to_svg(self) -> str:
+        """The tree as an SVG picture: threads as boxes, forks as edges labelled with the
+        checkpoint they start from."""
+        nodes = self.walk()
+        depth: dict[int, int] = {}
+        row: dict[int, float] = {}
+        leaves = [0]
+
+        def place(node: ForkNode, d: int) -> float:
+            depth[id(node)] = d
+            if not node.children:
+                row[id(node)] = leaves[0]
+                leaves[0] += 1
+            else:
+                ys = [place(c, d + 1) for c in node.children]
+                row[id(node)] = (ys[0] + ys[-1]) / 2
+            return row[id(node)]
+
+        place(self, 0)
+        w, h, gap_x, gap_y = 190, 34, 70, 22
+        width = (max(depth.values()) + 1) * (w + gap_x)
+        height = max(1, leaves[0]) * (h + gap_y) + gap_y
+        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+                 'font-family="sans-serif" font-size="12">']
+
+        def xy(node: ForkNode) -> tuple[float, float]:
+            return depth[id(node)] * (w + gap_x) + 4, row[id(node)] * (h + gap_y) + gap_y
+
+        for node in nodes:
+            x, y = xy(node)
+            for child in node.children:
+                cx, cy = xy(child)
+                label = html.escape(child.forked_from[1][-12:] if child.forked_from else "")
+                parts.append(f'<path d="M{x + w},{y + h / 2} C{x + w + gap_x / 2},{y + h / 2} '
+                             f'{cx - gap_x / 2},{cy + h / 2} {cx},{cy + h / 2}" fill="none" '
+                             'stroke="#888"/>')
+                parts.append(f'<text x="{cx - gap_x + 2}" y="{cy + h / 2 - 4}" fill="#666" '
+                             f'font-size="9">{label}</text>')
+            fill = "#e8f0fe" if node.forked_from is None else "#eef7ee"
+            parts.append(f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{fill}" '
+                         'stroke="#555"/>')
+            parts.append(f'<text x="{x + 8}" y="{y + h / 2 + 4}">'
+                         f'{html.escape(node.thread_id[:28])}</text>')
+        parts.append("</svg>")
+        return "".join(parts)
+
+    def _repr_svg_(self) -> str:
+        return self.to_svg()
+
+
+async def _origin(saver: BaseCheckpointSaver[Any], thread_id: str) -> dict[str, Any] | None:
+    """The fork link of a thread (its own fork point's metadata), if it is a fork."""
+    async for tup in saver.alist({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}},
+                                 filter={"fork_thread": thread_id}, limit=1):
+        return dict(tup.metadata or {})
+    return None
+
+
+async def _forks_of(saver: BaseCheckpointSaver[Any], thread_id: str) -> list[ForkNode]:
+    found: dict[str, ForkNode] = {}
+    async for tup in saver.alist(None, filter={"fork_of": thread_id}):
+        md = tup.metadata or {}
+        own = ids_of(tup.config)[0]
+        if md.get("fork_thread") == own and own not in found:
+            at = md.get("forked_at")
+            found[own] = ForkNode(own, (thread_id, str(md.get("fork_checkpoint"))),
+                                  at if isinstance(at, str) else None)
+    return sorted(found.values(), key=lambda n: (n.forked_at or "", n.thread_id))
+
+
+async def alineage(saver: BaseCheckpointSaver[Any], thread_id: str) -> ForkNode:
+    """The fork tree that `thread_id` belongs to, from its root thread down."""
+    if not await thread_exists(saver, thread_id):
+        raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint")
+    root, seen = thread_id, {thread_id}
+    while (md := await _origin(saver, root)) is not None:
+        parent = str(md.get("fork_of"))
+        if parent in seen or not await thread_exists(saver, parent):
+            break  # the origin was deleted: this fork is the root of what is left
+        root = parent
+        seen.add(root)
+    md = await _origin(saver, root)
+    tree = ForkNode(root, None if md is None else (str(md["fork_of"]),
+                                                   str(md.get("fork_checkpoint"))),
+                    None if md is None else md.get("forked_at"))
+    todo, done = [tree], {root}
+    while todo:
+        node = todo.pop()
+        for child in await _forks_of(saver, node.thread_id):
+            if child.thread_id not in done:
+                done.add(child.thread_id)
+                node.children.append(child)
+                todo.append(child)
+    return tree
+
+
+def lineage(saver: BaseCheckpointSaver[Any], thread_id: str) -> ForkNode:
+    return run_sync(saver, alineage(saver, thread_id))
+
+
+async def afork(
+    saver: BaseCheckpointSaver[Any],
+    config: RunnableConfig,
+    new_thread_id: str | None = None,
+    values: Mapping[str, Any] | None = None,
+    *,
+    graph: Any = None,
+    as_node: str | None = None,
+) -> RunnableConfig:
+    """A new thread whose history is the source's chain up to the checkpoint `config` names
+    (the thread's latest without a checkpoint id), marked as a fork of it; the source is not
+    touched. `values` (with `graph`, the compiled graph) are then applied to the fork as
+    `update_state` does. Returns the config of the fork's head."""
+    if values is not None and graph is None:
+        raise InvalidConfigError("fork(values=...) applies them through the graph: pass graph=")
+    point = await afork_copy(saver, config, new_thread_id)
+    if values is not None:
+        return await graph.aupdate_state(point, dict(values), as_node=as_node)  # type: ignore[no-any-return]
+    return point
+
+
+def fork(
+    saver: BaseCheckpointSaver[Any],
+    config: RunnableConfig,
+    new_thread_id: str | None = None,
+    values: Mapping[str, Any] | None = None,
+    *,
+    graph: Any = None,
+    as_node: str | None = None,
+) -> RunnableConfig:
+    """Sync `afork`."""
+    if values is not None and graph is None:
+        raise InvalidConfigError("fork(values=...) applies them through the graph: pass graph=")
+    point = run_sync(saver, afork_copy(saver, config, new_thread_id))
+    if values is not None:
+        return graph.update_state(point, dict(values), as_node=as_node)  # type: ignore[no-any-return]
+    return point
