@@ -31,6 +31,15 @@ EXPECTED = {
         "refused: the chain from version 1 to 4 has a gap: no upcaster from version(s) [2]",
         "refused: stored state has schema version 3, newer than the 2 this code knows",
     ],
+    "03_time_travel.ipynb": [
+        "page 3: steps [-1]",
+        "planner wrote tool='weather'",
+        "+ tool:  'weather'",
+        "fixed: You will earn 135.00 EUR.",
+        "source still answers: The forecast: sunny and 24 C in Lisbon.",
+        "whole_words  You will earn 135.00 EUR.",
+        "A/B variant 'whole_words' forked from shift-pay at step 0",
+    ],
 }
 
 

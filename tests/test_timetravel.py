@@ -243,7 +243,8 @@ def test_lineage_tree(saver: StoreCheckpointer) -> None:
     assert {n.thread_id for n in lineage(saver, "c").walk()} == {"root", "b", "c", "d"}
     svg = lineage(saver, "root").to_svg()
     assert svg.startswith("<svg") and all(t in svg for t in ("root", "b", "c", "d"))
-    assert "└─ c" in lineage(saver, "root").to_text()
+    text = lineage(saver, "root").to_text()
+    assert "└─ c  (from b step 7, checkpoint " in text and "└─ d  (from root step 2, " in text
     assert lineage(saver, "root").to_dict()["children"][0]["forked_from"]["thread_id"] == "root"
     with pytest.raises(CheckpointNotFoundError):
         lineage(saver, "ghost")
@@ -257,7 +258,7 @@ def test_ab_variants_on_forks(saver: StoreCheckpointer) -> None:
     before = dump(saver, "ab")
     result = ab_test(graph, conf("ab"), {
         "yes": Variant(input=Command(resume="yes")),
-        "no": {"input": Command(resume="no")},
+        "no": {"input": Command(resume="no"), "thread_id": "ab-no"},
         "edited": Variant(values={"request": "credit"}, as_node="propose",
                           input=Command(resume="maybe")),
     })
@@ -267,6 +268,9 @@ def test_ab_variants_on_forks(saver: StoreCheckpointer) -> None:
     assert d.apply(result.runs["yes"].values) == result.runs["no"].values
     assert set(result.diffs) == {("yes", "no"), ("yes", "edited"), ("no", "edited")}
     assert dump(saver, "ab") == before
+    assert result.runs["no"].thread_id == "ab-no"
+    labelled = diff(saver, conf("ab"), conf("ab-no"), labels=("paused", "said no"))
+    assert labelled.to_text().splitlines()[:2] == ["--- paused", "+++ said no"]
     assert {n.thread_id for n in lineage(saver, "ab").children} == {
         r.thread_id for r in result.runs.values()}
 

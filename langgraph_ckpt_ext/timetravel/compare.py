@@ -12,20 +12,33 @@ from .diff import StateDiff, diff_values
 from .history import user_values
 
 
-async def adiff(saver: BaseCheckpointSaver[Any], a: RunnableConfig, b: RunnableConfig) -> StateDiff:
+async def adiff(
+    saver: BaseCheckpointSaver[Any],
+    a: RunnableConfig,
+    b: RunnableConfig,
+    *,
+    labels: tuple[str, str] | None = None,
+) -> StateDiff:
     """What changed from checkpoint `a` to checkpoint `b` (either may be a thread's latest:
-    leave out its checkpoint id), in the state's own channels, after any schema upgrade."""
+    leave out its checkpoint id), in the state's own channels, after any schema upgrade.
+    `labels` name the two sides when it is shown (default: `thread@checkpoint_id`)."""
     ta = await must_get(saver, a)
     tb = await must_get(saver, b)
     return diff_values(
         user_values(ta.checkpoint["channel_values"]),
         user_values(tb.checkpoint["channel_values"]),
-        labels=(_label(ta.config), _label(tb.config)),
+        labels=labels or (_label(ta.config), _label(tb.config)),
     )
 
 
-def diff(saver: BaseCheckpointSaver[Any], a: RunnableConfig, b: RunnableConfig) -> StateDiff:
-    return run_sync(saver, adiff(saver, a, b))
+def diff(
+    saver: BaseCheckpointSaver[Any],
+    a: RunnableConfig,
+    b: RunnableConfig,
+    *,
+    labels: tuple[str, str] | None = None,
+) -> StateDiff:
+    return run_sync(saver, adiff(saver, a, b, labels=labels))
 
 
 def _label(config: RunnableConfig) -> str:

@@ -133,6 +133,8 @@ class ForkNode:
     forked_from: tuple[str, str] | None = None
     """(source thread id, source checkpoint id), None for the tree's root."""
     forked_at: str | None = None
+    forked_step: int | None = None
+    """The step of the source checkpoint the fork starts from."""
     children: list[ForkNode] = field(default_factory=list)
 
     def walk(self) -> list[ForkNode]:
@@ -147,6 +149,7 @@ class ForkNode:
             "forked_from": None if self.forked_from is None else {
                 "thread_id": self.forked_from[0], "checkpoint_id": self.forked_from[1]},
             "forked_at": self.forked_at,
+            "forked_step": self.forked_step,
             "children": [c.to_dict() for c in self.children],
         }
 
@@ -154,7 +157,7 @@ class ForkNode:
         lines: list[str] = []
 
         def draw(node: ForkNode, prefix: str, last: bool, root: bool) -> None:
-            at = "" if node.forked_from is None else f"  (at {node.forked_from[1]})"
+            at = "" if node.forked_from is None else f"  (from {node._where()})"
             lines.append(node.thread_id if root else f"{prefix}{'└─ ' if last else '├─ '}"
                          f"{node.thread_id}{at}")
             inner = "" if root else prefix + ("   " if last else "│  ")
@@ -166,6 +169,11 @@ class ForkNode:
 
     def __str__(self) -> str:
         return self.to_text()
+
+    def _where(self) -> str:
+        assert self.forked_from is not None
+        step = "" if self.forked_step is None else f"step {self.forked_step}, "
+        return f"{self.forked_from[0]} {step}checkpoint {self.forked_from[1]}"
 
     def to_svg(self) -> str:
         """The tree as an SVG picture: threads as boxes, forks as edges labelled with the
@@ -199,7 +207,11 @@ class ForkNode:
             x, y = xy(node)
             for child in node.children:
                 cx, cy = xy(child)
-                label = html.escape(child.forked_from[1][-12:] if child.forked_from else "")
+                label = html.escape(
+                    "" if child.forked_from is None else
+                    f"step {child.forked_step}" if child.forked_step is not None else
+                    child.forked_from[1][-12:]
+                )
                 parts.append(f'<path d="M{x + w},{y + h / 2} C{x + w + gap_x / 2},{y + h / 2} '
                              f'{cx - gap_x / 2},{cy + h / 2} {cx},{cy + h / 2}" fill="none" '
                              'stroke="#888"/>')
@@ -217,6 +229,17 @@ class ForkNode:
         return self.to_svg()
 
 
+def _node(thread_id: str, md: Mapping[str, Any]) -> ForkNode:
+    """The tree node of a fork, from its fork point's metadata."""
+    at, step = md.get("forked_at"), md.get("step")
+    return ForkNode(
+        thread_id,
+        (str(md.get("fork_of")), str(md.get("fork_checkpoint"))),
+        at if isinstance(at, str) else None,
+        step if isinstance(step, int) else None,
+    )
+
+
 async def _origin(saver: BaseCheckpointSaver[Any], thread_id: str) -> dict[str, Any] | None:
     """The fork link of a thread (its own fork point's metadata), if it is a fork."""
     async for tup in saver.alist({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}},
@@ -231,9 +254,7 @@ async def _forks_of(saver: BaseCheckpointSaver[Any], thread_id: str) -> list[For
         md = tup.metadata or {}
         own = ids_of(tup.config)[0]
         if md.get("fork_thread") == own and own not in found:
-            at = md.get("forked_at")
-            found[own] = ForkNode(own, (thread_id, str(md.get("fork_checkpoint"))),
-                                  at if isinstance(at, str) else None)
+            found[own] = _node(own, md)
     return sorted(found.values(), key=lambda n: (n.forked_at or "", n.thread_id))
 
 
@@ -249,9 +270,7 @@ async def alineage(saver: BaseCheckpointSaver[Any], thread_id: str) -> ForkNode:
         root = parent
         seen.add(root)
     md = await _origin(saver, root)
-    tree = ForkNode(root, None if md is None else (str(md["fork_of"]),
-                                                   str(md.get("fork_checkpoint"))),
-                    None if md is None else md.get("forked_at"))
+    tree = ForkNode(root) if md is None else _node(root, md)
     todo, done = [tree], {root}
     while todo:
         node = todo.pop()

@@ -22,7 +22,8 @@ _PSEUDO_NODES = frozenset({"__input__", "__interrupt__"})
 
 @dataclass(frozen=True)
 class TaskRun:
-    """One task of a step: its node (when known) and what it wrote, per channel."""
+    """One task of a step: its node (when known) and what it wrote, per channel (a list: a
+    task may write a channel more than once), LangGraph's routing channels left out."""
 
     task_id: str
     node: str | None
@@ -63,7 +64,9 @@ def _tasks(tup: CheckpointTuple, nodes: tuple[str, ...],
            names: Mapping[str, str]) -> tuple[TaskRun, ...]:
     by_task: dict[str, dict[str, list[Any]]] = {}
     for task_id, channel, value in tup.pending_writes or ():
-        by_task.setdefault(task_id, {}).setdefault(channel, []).append(value)
+        writes = by_task.setdefault(task_id, {})
+        if not channel.startswith("branch:"):  # LangGraph's own routing, not the node's output
+            writes.setdefault(channel, []).append(value)
     only = nodes[0] if len(nodes) == 1 and len(by_task) == 1 else None
     return tuple(TaskRun(t, names.get(t) or only, w) for t, w in by_task.items())
 
@@ -149,6 +152,8 @@ class Variant:
     config: Mapping[str, Any] | None = None
     values: Mapping[str, Any] | None = None
     as_node: str | None = None
+    thread_id: str | None = None
+    """The fork's thread id (default: `<source>~<variant>-<random>`)."""
 
 
 @dataclass
@@ -210,7 +215,7 @@ def ab_test(
     origin = run_sync(saver, must_get(saver, config)).config
     result = ABResult(origin)
     for name, v in arms.items():
-        fork = run_sync(saver, afork_copy(saver, origin, _fork_name(origin, name)))
+        fork = run_sync(saver, afork_copy(saver, origin, v.thread_id or _fork_name(origin, name)))
         thread = ids_of(fork)[0]
         try:
             if v.values is not None:
@@ -233,7 +238,7 @@ async def aab_test(
     result = ABResult(origin)
 
     async def run(name: str, v: Variant) -> VariantRun:
-        fork = await afork_copy(saver, origin, _fork_name(origin, name))
+        fork = await afork_copy(saver, origin, v.thread_id or _fork_name(origin, name))
         thread = ids_of(fork)[0]
         try:
             if v.values is not None:

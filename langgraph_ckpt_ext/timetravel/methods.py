@@ -1,0 +1,108 @@
+"""The time-travel helpers as methods of our checkpointers (`checkpointer.history(...)`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from . import compare as _compare  # (no function of the package is named `compare`)
+from .diff import StateDiff
+from .fork import ForkNode, afork, alineage, fork, lineage
+from .history import (
+    HistoryEntry,
+    HistoryPage,
+    Inspection,
+    ahistory,
+    ahistory_page,
+    ainspect,
+    history,
+    history_page,
+    inspect,
+)
+from .replay import Transition, areplay, replay
+
+
+class TimeTravel:
+    """Mixed into `StoreCheckpointer`: each method calls the helper of the same name in
+    `langgraph_ckpt_ext.timetravel` with this checkpointer."""
+
+    def _saver(self) -> BaseCheckpointSaver[Any]:
+        assert isinstance(self, BaseCheckpointSaver)
+        return self
+
+    def history(
+        self, thread_id: str, *, metadata_only: bool = False,
+        filter: Mapping[str, Any] | None = None, subgraphs: bool = False,
+        before: RunnableConfig | str | None = None, limit: int | None = None,
+    ) -> Iterator[HistoryEntry]:
+        """A thread's checkpoints, newest first, a page at a time (see `timetravel.history`)."""
+        return history(self._saver(), thread_id, metadata_only=metadata_only,
+                               filter=filter, subgraphs=subgraphs, before=before, limit=limit)
+
+    def ahistory(
+        self, thread_id: str, *, metadata_only: bool = False,
+        filter: Mapping[str, Any] | None = None, subgraphs: bool = False,
+        before: RunnableConfig | str | None = None, limit: int | None = None,
+    ) -> AsyncIterator[HistoryEntry]:
+        return ahistory(self._saver(), thread_id, metadata_only=metadata_only,
+                                filter=filter, subgraphs=subgraphs, before=before, limit=limit)
+
+    def history_page(self, thread_id: str, **kwargs: Any) -> HistoryPage:
+        return history_page(self._saver(), thread_id, **kwargs)
+
+    async def ahistory_page(self, thread_id: str, **kwargs: Any) -> HistoryPage:
+        return await ahistory_page(self._saver(), thread_id, **kwargs)
+
+    def inspect(self, config: RunnableConfig) -> Inspection:
+        """The state at one checkpoint (see `timetravel.inspect`)."""
+        return inspect(self._saver(), config)
+
+    async def ainspect(self, config: RunnableConfig) -> Inspection:
+        return await ainspect(self._saver(), config)
+
+    def diff(
+        self, a: RunnableConfig, b: RunnableConfig, *, labels: tuple[str, str] | None = None
+    ) -> StateDiff:
+        """What changed from checkpoint `a` to checkpoint `b` (see `timetravel.diff`)."""
+        return _compare.diff(self._saver(), a, b, labels=labels)
+
+    async def adiff(
+        self, a: RunnableConfig, b: RunnableConfig, *, labels: tuple[str, str] | None = None
+    ) -> StateDiff:
+        return await _compare.adiff(self._saver(), a, b, labels=labels)
+
+    def fork(
+        self, config: RunnableConfig, new_thread_id: str | None = None,
+        values: Mapping[str, Any] | None = None, *, graph: Any = None, as_node: str | None = None,
+    ) -> RunnableConfig:
+        """A new thread holding the history up to a checkpoint (see `timetravel.fork`)."""
+        return fork(self._saver(), config, new_thread_id, values, graph=graph,
+                         as_node=as_node)
+
+    async def afork(
+        self, config: RunnableConfig, new_thread_id: str | None = None,
+        values: Mapping[str, Any] | None = None, *, graph: Any = None, as_node: str | None = None,
+    ) -> RunnableConfig:
+        return await afork(self._saver(), config, new_thread_id, values, graph=graph,
+                                as_node=as_node)
+
+    def replay(
+        self, start: RunnableConfig, end: RunnableConfig | None = None, *, graph: Any = None
+    ) -> list[Transition]:
+        """The steps between two checkpoints, from stored data (see `timetravel.replay`)."""
+        return replay(self._saver(), start, end, graph=graph)
+
+    async def areplay(
+        self, start: RunnableConfig, end: RunnableConfig | None = None, *, graph: Any = None
+    ) -> list[Transition]:
+        return await areplay(self._saver(), start, end, graph=graph)
+
+    def lineage(self, thread_id: str) -> ForkNode:
+        """The fork tree a thread belongs to (see `timetravel.lineage`)."""
+        return lineage(self._saver(), thread_id)
+
+    async def alineage(self, thread_id: str) -> ForkNode:
+        return await alineage(self._saver(), thread_id)
