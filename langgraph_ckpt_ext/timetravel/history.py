@@ -136,6 +136,7 @@ async def _rows(
     before: str | None,
     flt: Mapping[str, Any] | None,
     metadata_only: bool,
+    limit: int | None,
 ) -> AsyncIterator[HistoryEntry]:
     from ..core.saver import StoreCheckpointer
 
@@ -169,8 +170,9 @@ async def _rows(
     if ns is not None:
         conf["checkpoint_ns"] = ns
     before_conf = None if before is None else thread_config(thread_id, "", before)
+    # The limit goes down to the saver: it decodes no more rows than are asked for.
     async for tup in saver.alist({"configurable": conf}, filter=dict(flt) if flt else None,
-                                 before=before_conf):
+                                 before=before_conf, limit=limit):
         yield _entry(tup, metadata_only)
 
 
@@ -200,7 +202,7 @@ async def ahistory(
     cursor = before if before is None or isinstance(before, str) else ids_of(before)[2]
     n = 0
     async for entry in _rows(saver, str(thread_id), None if subgraphs else "", cursor, flt,
-                             metadata_only):
+                             metadata_only, limit):
         yield entry
         n += 1
         if limit is not None and n >= limit:
@@ -223,14 +225,20 @@ def history(
     left = limit
     while left is None or left > 0:
         size = page_size if left is None else min(page_size, left)
-        page = history_page(saver, thread_id, size=size, metadata_only=metadata_only,
-                            filter=filter, subgraphs=subgraphs, before=cursor)
-        yield from page.entries
+        entries = run_sync(saver, _collect(ahistory(
+            saver, thread_id, metadata_only=metadata_only, filter=filter, subgraphs=subgraphs,
+            before=cursor, limit=size,
+        )))
+        yield from entries
         if left is not None:
-            left -= len(page.entries)
-        if page.before is None:
+            left -= len(entries)
+        if len(entries) < size:
             return
-        cursor = page.before
+        cursor = entries[-1].config
+
+
+async def _collect(entries: AsyncIterator[HistoryEntry]) -> list[HistoryEntry]:
+    return [e async for e in entries]
 
 
 async def ahistory_page(
