@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .core.errors import (
     CheckpointerError,
+    CheckpointNotFoundError,
     CorruptBlobError,
     InvalidConfigError,
     InvalidFilterError,
@@ -22,6 +23,8 @@ from .core.errors import (
     SerializationError,
     StorageVersionError,
     StoreUnavailableError,
+    ThreadExistsError,
+    ThreadNotFoundError,
 )
 
 if TYPE_CHECKING:
@@ -69,6 +72,7 @@ _LAZY = {
 __all__ = [
     "AgentSnapshot",
     "AgentState",
+    "CheckpointNotFoundError",
     "CheckpointerError",
     "CorruptBlobError",
     "InMemoryCheckpointer",
@@ -89,6 +93,8 @@ __all__ = [
     "Step",
     "StorageVersionError",
     "StoreUnavailableError",
+    "ThreadExistsError",
+    "ThreadNotFoundError",
     "ToolCall",
     "ToolSpec",
     "WorkingMemory",

@@ -267,6 +267,14 @@ class InMemoryCheckpointer(StoreCheckpointer):
     Values are serialized as on any backend (so what works here works on SQLite), and sync
     calls run directly, with no thread or event loop.
 
+    Args:
+        serde: serializer for every stored value (default: LangGraph's, strict).
+        snapshot_every: full value of an append-grown list at least every N versions.
+        schema_chain: the state schema's version and upcasters (`SchemaChain`): see
+            `migrate_threads`.
+        audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
+            `verify`.
+
     Example:
         >>> from langgraph_ckpt_ext import InMemoryCheckpointer
         >>> graph = builder.compile(checkpointer=InMemoryCheckpointer())  # doctest: +SKIP
@@ -278,9 +286,11 @@ class InMemoryCheckpointer(StoreCheckpointer):
         serde: SerializerProtocol | None = None,
         snapshot_every: int = 256,
         schema_chain: SchemaChain | None = None,
+        audit: bool = False,
     ) -> None:
         super().__init__(
-            MemoryStore(), serde=serde, snapshot_every=snapshot_every, schema_chain=schema_chain
+            MemoryStore(), serde=serde, snapshot_every=snapshot_every, schema_chain=schema_chain,
+            audit=audit,
         )
 
     @property

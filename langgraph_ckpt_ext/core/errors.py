@@ -23,6 +23,21 @@ class CorruptBlobError(CheckpointerError):
     """A stored row cannot be decoded back into the value it was written from."""
 
 
+class CheckpointNotFoundError(CheckpointerError, LookupError):
+    """A checkpoint that the call names is not stored."""
+
+
+class ThreadNotFoundError(CheckpointNotFoundError, KeyError):
+    """No checkpoint of the named thread is stored."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class ThreadExistsError(CheckpointerError, ValueError):
+    """The target thread of a fork or copy already holds checkpoints."""
+
+
 class StorageVersionError(CheckpointerError):
     """The store was written by a newer version of this package than the one running."""
 

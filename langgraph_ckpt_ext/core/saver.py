@@ -27,6 +27,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from ..timetravel.methods import TimeTravel
 from . import codec
 from .appendlog import AppendLog
 from .bridge import Bridge, iterate_inline, run_inline
@@ -40,6 +41,7 @@ from .versions import Version, is_upgraded, next_version, plain, upgraded_versio
 if TYPE_CHECKING:
     from ..migrations import SchemaChain
     from ..migrations.runner import MigrationProgress, MigrationReport
+    from ..timetravel.audit import Auditor, AuditReport
     from .rows import MigrationEntry
 
 T = TypeVar("T")
@@ -62,7 +64,7 @@ def strict_serde() -> SerializerProtocol:
     return JsonPlusSerializer(allowed_msgpack_modules=_OWN_TYPES)
 
 
-class StoreCheckpointer(BaseCheckpointSaver[str]):
+class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     """A checkpointer over a `Store`; one object serves sync and async graph calls.
 
     Args:
@@ -73,6 +75,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         schema_chain: the state schema's version and upcasters (`SchemaChain`): checkpoints
             are stamped with its current version, older ones are upgraded when read, and
             `migrate_threads` rewrites them in storage.
+        audit: chain a hash through every checkpoint stored (`metadata["audit"]`), so that
+            `verify` finds stored checkpoints altered, deleted or replaced since (see
+            `langgraph_ckpt_ext.timetravel.audit`).
     """
 
     def __init__(
@@ -83,9 +88,15 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
         snapshot_every: int = 256,
         bridge: Bridge | None = None,
         schema_chain: SchemaChain | None = None,
+        audit: bool = False,
     ) -> None:
         super().__init__(serde=serde or strict_serde())
         self.schema_chain = schema_chain
+        self._auditor: Auditor | None = None
+        if audit:  # imported here: the time-travel package imports this module
+            from ..timetravel.audit import Auditor
+
+            self._auditor = Auditor(store)
         self._upgrades_stored: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
         self._store = store
         # A store that resolves blobs server-side needs each row's channel versions.
@@ -176,12 +187,22 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
             md["schema_version"] = self.schema_chain.current  # type: ignore[typeddict-unknown-key]
         checkpoint, upgraded = _store_upgraded(checkpoint, new_versions)
         header = codec.encode_header(self.serde, checkpoint)
-        md_typed = codec.dumps(self.serde, md, f"metadata of checkpoint {checkpoint_id!r}")
         blobs, plans = codec.encode_blobs(
             self.serde, self._log, thread_id, ns, checkpoint["channel_values"], new_versions
         )
         marks = self._upgraded_blobs(thread_id, ns, checkpoint["channel_values"], upgraded)
         blobs += [b for _, b in marks]
+        # A record of the audit trail copied along (a fork) would be stale: ours to write.
+        if isinstance(md.get("audit"), dict) and "hash" in md["audit"]:  # type: ignore[typeddict-item]
+            md.pop("audit")  # type: ignore[typeddict-item]
+        auditor, sealed = self._auditor, None
+        if auditor is not None:
+            sealed = await auditor.seal(
+                self.serde, (thread_id, ns, checkpoint_id, checkpoint_id_of(config)), header,
+                md, checkpoint, codec.blob_keys(new_versions), blobs,
+            )
+            md["audit"] = sealed.record  # type: ignore[typeddict-unknown-key]
+        md_typed = codec.dumps(self.serde, md, f"metadata of checkpoint {checkpoint_id!r}")
         run_id = md.get("run_id")
         row = CheckpointRow(
             thread_id,
@@ -194,6 +215,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
             codec.blob_keys(checkpoint["channel_versions"]) if self._row_versions else None,
         )
         fell_back = await self._store.write_checkpoint(row, blobs)
+        if auditor is not None and sealed is not None:
+            auditor.stored(sealed)
         for key, _ in marks:  # stored now: later checkpoints holding the same mark skip it
             self._upgrades_stored[key] = None
             if len(self._upgrades_stored) > 4096:
@@ -239,7 +262,10 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
             str(task_id),
             task_path,
         )
-        if rows:
+        if rows and self._auditor is not None:
+            with self._auditor.writing(rows):
+                await self._store.write_writes(rows)
+        elif rows:
             await self._store.write_writes(rows)
 
     # -- reading --------------------------------------------------------------------------
@@ -590,6 +616,24 @@ class StoreCheckpointer(BaseCheckpointSaver[str]):
 
     async def amigration_log(self, thread_id: str | None = None) -> builtins.list[MigrationEntry]:
         return await self._store.read_migrations(None if thread_id is None else str(thread_id))
+
+    # -- audit trail ------------------------------------------------------------------------
+
+    def verify(self, thread_id: str) -> AuditReport:
+        """Check a thread's audit chain against storage: every namespace, oldest first.
+
+        Each checkpoint's hash is recomputed from its stored rows (no cache, no schema upgrade)
+        and its `prev` compared with its parent's stored hash. The report lists, oldest first,
+        checkpoints altered, whose parent is gone, whose parent was replaced, or without a
+        hash (see `langgraph_ckpt_ext.timetravel.audit`). Raises `ThreadNotFoundError` for a
+        thread with no checkpoint.
+        """
+        return self._sync(self.averify(thread_id))
+
+    async def averify(self, thread_id: str) -> AuditReport:
+        from ..timetravel.audit import verify_thread
+
+        return await verify_thread(self._store, self.serde, str(thread_id))
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ Every helper is one implementation over the saver interface, with a sync and an 
 our checkpointers also offer them as methods (`checkpointer.history(thread_id)`, ...).
 """
 
-from ._base import CheckpointNotFoundError, ThreadExistsError
+from ._base import CheckpointNotFoundError, ThreadExistsError, ThreadNotFoundError
 from .compare import adiff, diff
 from .diff import StateDiff, diff_values
 from .fork import ForkNode, afork, alineage, fork, lineage
@@ -42,6 +42,7 @@ __all__ = [
     "Inspection",
     "StateDiff",
     "ThreadExistsError",
+    "ThreadNotFoundError",
     "Transition",
     "Variant",
     "VariantRun",

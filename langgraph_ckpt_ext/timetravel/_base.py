@@ -11,17 +11,16 @@ from typing import Any, TypeVar
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
-from ..core.errors import CheckpointerError, InvalidConfigError
+from ..core.errors import (
+    CheckpointNotFoundError,
+    InvalidConfigError,
+    ThreadExistsError,
+    ThreadNotFoundError,
+)
 
 T = TypeVar("T")
 
-
-class CheckpointNotFoundError(CheckpointerError, LookupError):
-    """A thread or checkpoint that the call names is not stored."""
-
-
-class ThreadExistsError(CheckpointerError, ValueError):
-    """The target thread of a fork or copy already holds checkpoints."""
+__all__ = ["CheckpointNotFoundError", "ThreadExistsError", "ThreadNotFoundError"]
 
 
 def run_sync(saver: BaseCheckpointSaver[Any], coro: Coroutine[Any, Any, T]) -> T:
@@ -66,7 +65,7 @@ async def must_get(saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> C
     if tup is None:
         where = f"thread {thread_id!r}" + (f", namespace {ns!r}" if ns else "")
         if checkpoint_id is None:
-            raise CheckpointNotFoundError(f"{where} has no checkpoint: is the thread id right?")
+            raise ThreadNotFoundError(f"{where} has no checkpoint: is the thread id right?")
         raise CheckpointNotFoundError(f"checkpoint {checkpoint_id!r} is not stored in {where}")
     return tup
 

@@ -28,8 +28,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from ..core.errors import InvalidConfigError
 from ._base import (
-    CheckpointNotFoundError,
     ThreadExistsError,
+    ThreadNotFoundError,
     ids_of,
     must_get,
     run_sync,
@@ -261,7 +261,7 @@ async def _forks_of(saver: BaseCheckpointSaver[Any], thread_id: str) -> list[For
 async def alineage(saver: BaseCheckpointSaver[Any], thread_id: str) -> ForkNode:
     """The fork tree that `thread_id` belongs to, from its root thread down."""
     if not await thread_exists(saver, thread_id):
-        raise CheckpointNotFoundError(f"thread {thread_id!r} has no checkpoint")
+        raise ThreadNotFoundError(f"thread {thread_id!r} has no checkpoint")
     root, seen = thread_id, {thread_id}
     while (md := await _origin(saver, root)) is not None:
         parent = str(md.get("fork_of"))

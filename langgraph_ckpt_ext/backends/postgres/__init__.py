@@ -41,6 +41,8 @@ class PostgresCheckpointer(StoreCheckpointer):
         setup: create or migrate the tables now (DSN only; idempotent, safe across processes).
         schema_chain: the state schema's version and upcasters (`SchemaChain`; not to be
             confused with `schema`, the PostgreSQL schema): see `migrate_threads`.
+        audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
+            `verify`.
         pool_options: passed to `asyncpg.create_pool`, e.g. `min_size`, `max_size`. Behind
             PgBouncer in transaction mode pass `statement_cache_size=0`.
 
@@ -59,6 +61,7 @@ class PostgresCheckpointer(StoreCheckpointer):
         snapshot_every: int = 256,
         setup: bool = True,
         schema_chain: SchemaChain | None = None,
+        audit: bool = False,
         **pool_options: Any,
     ) -> None:
         if schema is not None and not _SCHEMA.match(schema):
@@ -73,7 +76,8 @@ class PostgresCheckpointer(StoreCheckpointer):
             store = PostgresStore(dsn=dsn, pool=conn, pool_options=pool_options, schema=schema)
             setup = False
         super().__init__(
-            store, serde=serde, snapshot_every=snapshot_every, schema_chain=schema_chain
+            store, serde=serde, snapshot_every=snapshot_every, schema_chain=schema_chain,
+            audit=audit,
         )
         if setup:
             self.setup()

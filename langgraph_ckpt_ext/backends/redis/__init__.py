@@ -42,6 +42,8 @@ class RedisCheckpointer(StoreCheckpointer):
         setup: record the key layout's version now (URL only; idempotent).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): see
             `migrate_threads`.
+        audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
+            `verify`.
         client_options: passed to `redis.asyncio.Redis.from_url` (or `RedisCluster.from_url`).
 
     Example:
@@ -61,6 +63,7 @@ class RedisCheckpointer(StoreCheckpointer):
         snapshot_every: int = 256,
         setup: bool = True,
         schema_chain: SchemaChain | None = None,
+        audit: bool = False,
         **client_options: Any,
     ) -> None:
         bridge = Bridge(f"lgckpt-{type(self).__name__}")
@@ -77,7 +80,7 @@ class RedisCheckpointer(StoreCheckpointer):
         )
         super().__init__(
             store, serde=serde, snapshot_every=snapshot_every, bridge=bridge,
-            schema_chain=schema_chain,
+            schema_chain=schema_chain, audit=audit,
         )
         if setup and not given:
             self.setup()

@@ -71,6 +71,8 @@ class SQLiteCheckpointer(StoreCheckpointer):
         setup: create or migrate the tables now (idempotent; safe across processes).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): see
             `migrate_threads`.
+        audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
+            `verify`.
 
     Example:
         >>> cp = SQLiteCheckpointer("agent.db")                      # doctest: +SKIP
@@ -88,6 +90,7 @@ class SQLiteCheckpointer(StoreCheckpointer):
         synchronous: str = "FULL",
         setup: bool = True,
         schema_chain: SchemaChain | None = None,
+        audit: bool = False,
         _store: SQLiteStore | None = None,
     ) -> None:
         bridge = Bridge("lgckpt-sqlite")
@@ -100,7 +103,7 @@ class SQLiteCheckpointer(StoreCheckpointer):
                 store = bridge.run(_open_store(os.fspath(conn), busy_timeout, synchronous))
         super().__init__(
             store, serde=serde, snapshot_every=snapshot_every, bridge=bridge,
-            schema_chain=schema_chain,
+            schema_chain=schema_chain, audit=audit,
         )
         if setup and _store is None:
             self.setup()
