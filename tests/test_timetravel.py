@@ -292,3 +292,19 @@ async def test_async_helpers(saver: StoreCheckpointer) -> None:
     })
     assert result.runs["short"].values["turns"] == 4  # type: ignore[index]
     assert result.diff("short", "long").channels_changed == ["messages"]
+
+
+def test_the_helpers_are_methods_of_every_checkpointer(saver: StoreCheckpointer) -> None:
+    graph = approval_graph().compile(checkpointer=saver)
+    graph.invoke({"request": "refund", "log": []}, conf("m"))
+    entries = list(saver.history("m"))
+    assert [e.checkpoint_id for e in entries] == [e.checkpoint_id for e in history(saver, "m")]
+    assert saver.history_page("m", size=2).before is not None
+    assert saver.inspect(conf("m")).next == ("ask",)
+    assert sorted(saver.diff(entries[-1].config, entries[0].config).channels_added) == [
+        "log", "request"]
+    head = saver.fork(conf("m"), "m2")
+    graph.invoke(Command(resume="ok"), head)
+    start = list(saver.history("m2"))[-1].config
+    assert [t.nodes for t in saver.replay(start, conf("m2"))][-2:] == [("ask",), ("act",)]
+    assert [n.thread_id for n in saver.lineage("m").children] == ["m2"]
