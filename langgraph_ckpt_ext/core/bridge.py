@@ -74,12 +74,17 @@ class Bridge:
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
-        """Drive an async iterator from sync code, one item per round trip."""
+        """Drive an async iterator from sync code: the first item in one round trip, then
+        batches that grow to 64 items (a thread hop per item would cost more than the item)."""
+        size = 1
         while True:
-            try:
-                yield self.run(_anext(agen))
-            except StopAsyncIteration:
+            items, end = self.run(_take(agen, size))
+            yield from items
+            if isinstance(end, BaseException):
+                raise end
+            if end:
                 return
+            size = min(size * 4, 64)
 
     def close(self) -> None:
         with self._guard:
@@ -95,6 +100,19 @@ class Bridge:
 
 async def _anext(agen: AsyncIterator[T]) -> T:
     return await agen.__anext__()
+
+
+async def _take(agen: AsyncIterator[T], n: int) -> tuple[list[T], bool | BaseException]:
+    """Up to `n` items, and whether the iterator ended (or the error it raised after them)."""
+    items: list[T] = []
+    try:
+        while len(items) < n:
+            items.append(await agen.__anext__())
+    except StopAsyncIteration:
+        return items, True
+    except Exception as exc:
+        return items, exc
+    return items, False
 
 
 def iterate_inline(agen: AsyncIterator[T]) -> Iterator[T]:
