@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         aload_agent_state,
         load_agent_state,
     )
+    from .strategies import EveryStep, Hybrid, OnEvents, Periodic, SmartCheckpointer
 
 _LAZY = {
     "InMemoryCheckpointer": ".backends.memory",
@@ -60,6 +61,9 @@ _LAZY = {
     "Step": ".migrations",
     "MigrationProgress": ".migrations.runner",
     "MigrationReport": ".migrations.runner",
+    **dict.fromkeys(
+        ("EveryStep", "Hybrid", "OnEvents", "Periodic", "SmartCheckpointer"), ".strategies"
+    ),
     **dict.fromkeys(
         (
             "AgentSnapshot", "AgentState", "MemoryRef", "PlanStep", "ToolCall", "ToolSpec",
@@ -75,6 +79,8 @@ __all__ = [
     "CheckpointNotFoundError",
     "CheckpointerError",
     "CorruptBlobError",
+    "EveryStep",
+    "Hybrid",
     "InMemoryCheckpointer",
     "InvalidConfigError",
     "InvalidFilterError",
@@ -83,6 +89,8 @@ __all__ = [
     "MigrationProgress",
     "MigrationReport",
     "MissingDependencyError",
+    "OnEvents",
+    "Periodic",
     "PlanStep",
     "PostgresCheckpointer",
     "RedisCheckpointer",
@@ -90,6 +98,7 @@ __all__ = [
     "SchemaChain",
     "SchemaVersionError",
     "SerializationError",
+    "SmartCheckpointer",
     "Step",
     "StorageVersionError",
     "StoreUnavailableError",

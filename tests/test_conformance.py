@@ -13,8 +13,10 @@ from langgraph.checkpoint.conformance.capabilities import Capability
 
 from langgraph_ckpt_ext import (
     InMemoryCheckpointer,
+    Periodic,
     PostgresCheckpointer,
     RedisCheckpointer,
+    SmartCheckpointer,
     SQLiteCheckpointer,
 )
 
@@ -34,6 +36,11 @@ from .conftest import (
     [
         "memory", "sqlite", "sqlite-memory", "sqlite-sync-ctor", "postgres", "postgres-no-cache",
         "redis", "redis-client", "redis-ttl", "redis-cluster",
+        # SmartCheckpointer around each backend: its default policy (events), and one that
+        # keeps everything buffered until the test ends (reads served from the buffer)
+        "smart:memory", "smart:sqlite", "smart:postgres", "smart:redis",
+        "smart-buffered:memory", "smart-buffered:sqlite", "smart-buffered:postgres",
+        "smart-buffered:redis",
     ],
 )
 async def test_conformance_all_capabilities(kind: str, tmp_path: Path) -> None:
@@ -43,6 +50,17 @@ async def test_conformance_all_capabilities(kind: str, tmp_path: Path) -> None:
 
     @checkpointer_test(name=f"langgraph-ckpt-ext-{kind}")
     async def factory() -> AsyncIterator[object]:
+        if kind.startswith("smart"):
+            wrapper, _, inner_kind = kind.partition(":")
+            policy = Periodic(3600) if wrapper == "smart-buffered" else None
+            async for inner in backend_factory(inner_kind):
+                async with SmartCheckpointer(inner, policy) as cp:
+                    yield cp
+        else:
+            async for cp in backend_factory(kind):
+                yield cp
+
+    async def backend_factory(kind: str) -> AsyncIterator[object]:
         if kind == "memory":
             yield InMemoryCheckpointer()
         elif kind == "sqlite":

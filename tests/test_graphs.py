@@ -3,14 +3,16 @@ calls, and sync calls from a thread whose event loop is running (a notebook cell
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from langgraph.types import Command
 
-from .conftest import LoopThread, cleanup, in_running_loop, make_saver
+from langgraph_ckpt_ext import EveryStep, Hybrid, OnEvents, Periodic, SmartCheckpointer
+
+from .conftest import BACKENDS, LoopThread, cleanup, in_running_loop, make_saver
 from .graphs import (
     approval_graph,
     chat_graph,
@@ -21,6 +23,31 @@ from .graphs import (
 )
 
 MODES = ["sync", "async", "sync_in_loop"]
+
+# SmartCheckpointer around a backend, under each policy (short intervals, so that the interval
+# timer writes while the scenarios run).
+SMART = {
+    "smart-every:sqlite": EveryStep(),
+    "smart-periodic:memory": Periodic(0.05),
+    "smart-periodic:postgres": Periodic(0.05),
+    "smart-events:sqlite": OnEvents(),
+    "smart-events:redis": OnEvents(),
+    "smart-hybrid:sqlite-memory": Hybrid(min_interval=0.01, max_interval=0.2),
+}
+
+
+@pytest.fixture(params=[*BACKENDS, *SMART])
+def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Every backend, and the SmartCheckpointer variants, for the scenarios of this module."""
+    kind = str(request.param)
+    inner_kind = kind.partition(":")[2] if kind in SMART else kind
+    inner = make_saver(inner_kind, tmp_path)
+    cp = SmartCheckpointer(inner, SMART[kind]) if kind in SMART else inner
+    yield cp
+    cp.close()
+    if cp is not inner:
+        inner.close()
+    cleanup(inner_kind, inner)
 
 
 class Api:

@@ -12,7 +12,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..core.codec import writes_order
 from ..core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
 from ..core.saver import StoreCheckpointer
-from ..core.store import GcPlanner
+from ..core.store import BatchItem, GcPlanner
 from ..migrations import SchemaChain
 
 _NsKey = tuple[str, str]  # (thread_id, checkpoint_ns)
@@ -52,6 +52,16 @@ class MemoryStore:
             if self.latest.get(key, "") < row.checkpoint_id:
                 self.latest[key] = row.checkpoint_id
         return fell_back
+
+    async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
+        out: list[set[str]] = []
+        with self._lock:
+            for item in items:
+                if isinstance(item, tuple):
+                    out.append(await self.write_checkpoint(*item))
+                else:
+                    await self.write_writes(item)
+        return out
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
         with self._lock:

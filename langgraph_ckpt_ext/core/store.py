@@ -10,6 +10,9 @@ from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, Wr
 BlobKey = tuple[str, str, str]
 """(checkpoint_ns, channel, version)"""
 
+BatchItem = tuple[CheckpointRow, Sequence[BlobRow]] | list[WriteRow]
+"""One item of `Store.write_batch`: a (checkpoint row, blobs) tuple, or a list of writes."""
+
 GcPlanner = Callable[[Sequence[CheckpointRow], Sequence[BlobRef]], Collection[BlobKey]]
 """Given a thread's remaining checkpoints and its blobs, the blobs nothing needs any more."""
 
@@ -29,6 +32,14 @@ class Store(Protocol):
         A blob with `base_version` is written as a delta only if its base row exists; otherwise
         its `full()` value is written. Returns the channels that fell back so.
         """
+        ...
+
+    async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
+        """Store `items` in their order: a checkpoint with its blobs (as `write_checkpoint`)
+        or a list of pending writes (as `write_writes`), in one transaction, pipeline or round
+        trip where the backend allows. A delta's base may be a blob written earlier in the
+        same batch. Returns, per checkpoint item in order, the channels that fell back to a
+        whole value (`write_checkpoint`'s result)."""
         ...
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:

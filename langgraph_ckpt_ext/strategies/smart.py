@@ -1,0 +1,820 @@
+"""`SmartCheckpointer`: buffer checkpoints and writes per thread, write them when they matter.
+
+Every `put` and `put_writes` is queued per thread, in order. A thread's queue is written, in
+that order, when its policy says so (an event such as an interrupt, an error or the end of a
+run; or an interval), on `flush()`, on close and at interpreter exit, and early when the
+buffer passes its bounds. Until then reads of this process see the queued checkpoints and
+writes as if they were stored. A failed flush puts its items back at the head of the queue and
+raises; nothing is dropped. Writing a queue in order means what is stored is always a prefix of
+the thread: never a checkpoint without the writes that came before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import math
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    get_serializable_checkpoint_metadata,
+)
+
+from ..core.config import checkpoint_id_of, checkpoint_ns_of, make_config, thread_id_of
+from ..core.errors import InvalidConfigError
+from ..core.filters import matches, validate_filter
+from ..timetravel.history import next_nodes
+from . import policies
+from .policies import OnEvents, Policy, ThreadActivity
+
+_ERROR, _INTERRUPT = "__error__", "__interrupt__"
+
+
+@dataclass
+class _Put:
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    parent_id: str | None
+    config: RunnableConfig
+    checkpoint: Checkpoint
+    metadata: CheckpointMetadata
+    new_versions: ChannelVersions
+    size: int
+    at: float
+
+
+@dataclass
+class _Writes:
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    config: RunnableConfig
+    writes: list[tuple[str, Any]]
+    task_id: str
+    task_path: str
+    size: int
+    at: float
+
+
+_Item = _Put | _Writes
+
+
+@dataclass
+class _Thread:
+    pending: deque[_Item] = field(default_factory=deque)
+    inflight: list[_Item] = field(default_factory=list)
+    rate: float = 0.0
+    last: float = 0.0
+    bytes: int = 0
+
+    def items(self) -> list[_Item]:
+        return [*self.inflight, *self.pending]
+
+    def oldest(self) -> float | None:
+        first = self.inflight[0] if self.inflight else (self.pending[0] if self.pending else None)
+        return None if first is None else first.at
+
+
+@dataclass
+class Metrics:
+    """What a `SmartCheckpointer` did so far (read `checkpointer.metrics`)."""
+
+    saves_requested: int = 0
+    """Checkpoints handed to `put`."""
+    writes_requested: int = 0
+    """`put_writes` calls."""
+    checkpoints_written: int = 0
+    writes_written: int = 0
+    """`put_writes` calls passed on to the inner checkpointer."""
+    batches: int = 0
+    """Flushes that wrote something."""
+    bytes_written: int = 0
+    """An estimate of the values' sizes written."""
+    buffered: int = 0
+    """Items waiting now."""
+    buffered_bytes: int = 0
+    oldest_unflushed_age: float = 0.0
+    """Seconds the oldest waiting item has waited."""
+    flush_failures: int = 0
+    last_error: BaseException | None = None
+
+
+def _size(value: Any, depth: int = 0) -> int:
+    """A cheap estimate of a value's serialized size."""
+    if isinstance(value, str | bytes | bytearray):
+        return len(value) + 8
+    if depth > 4:
+        return 64
+    if isinstance(value, Mapping):
+        return 16 + sum(_size(k, depth + 1) + _size(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return 16 + sum(_size(v, depth + 1) for v in value)
+    content = getattr(value, "content", None)
+    if content is not None:
+        return 96 + _size(content, depth + 1)
+    return 32
+
+
+def _events(item: _Item, plan_channels: frozenset[str]) -> set[str]:
+    found: set[str] = set()
+    if isinstance(item, _Put):
+        if item.metadata.get("source") == "update":
+            found.add(policies.UPDATE)
+        if not next_nodes(item.checkpoint):
+            found.add(policies.END)
+        return found
+    for channel, value in item.writes:
+        if channel == _INTERRUPT:
+            found.add(policies.INTERRUPT)
+        elif channel == _ERROR:
+            found.add(policies.ERROR)
+        elif channel in plan_channels:
+            found.add(policies.PLAN_CHANGE)
+        for v in value if isinstance(value, list | tuple) else (value,):
+            if getattr(v, "tool_calls", None):
+                found.add(policies.TOOL_CALL)
+    return found
+
+
+_live: weakref.WeakSet[SmartCheckpointer] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    for cp in list(_live):
+        with contextlib.suppress(Exception):  # the interpreter is going: no one to tell
+            cp.flush()
+
+
+class SmartCheckpointer(BaseCheckpointSaver[Any]):
+    """Wraps any checkpointer and writes to it when it matters.
+
+    Args:
+        inner: the checkpointer that stores (ours or any `BaseCheckpointSaver`).
+        policy: when to write a thread's buffer (default `OnEvents()`: at once on an interrupt,
+            an error, a tool call, a plan change, an `update_state`, or the end of a run).
+        coalesce: write only the newest checkpoint of each namespace buffered since the last
+            flush (re-parented onto the last one written), with its writes: fewer rows, less
+            history.
+        max_checkpoints / max_bytes: bounds of one thread's buffer; past them it is written at
+            once (and the whole buffer when all threads together pass `max_bytes` x 4).
+        plan_channels: channels whose writes count as a plan change.
+
+    Example:
+        >>> cp = SmartCheckpointer(SQLiteCheckpointer("agent.db"), policy=Hybrid())  # doctest: +SKIP
+        >>> graph = builder.compile(checkpointer=cp)                                    # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        inner: BaseCheckpointSaver[Any],
+        policy: Policy | None = None,
+        *,
+        coalesce: bool = False,
+        max_checkpoints: int = 256,
+        max_bytes: int = 32 * 1024 * 1024,
+        plan_channels: Sequence[str] = ("plan",),
+    ) -> None:
+        if not isinstance(inner, BaseCheckpointSaver):
+            raise InvalidConfigError(f"inner must be a BaseCheckpointSaver, got {inner!r}")
+        if policy is not None and not isinstance(policy, Policy):
+            raise InvalidConfigError(f"policy must be a Policy (OnEvents(), ...), got {policy!r}")
+        if max_checkpoints < 1 or max_bytes < 1:
+            raise InvalidConfigError("max_checkpoints and max_bytes must be >= 1")
+        super().__init__(serde=inner.serde)
+        self.inner = inner
+        self.policy = policy or OnEvents()
+        self.coalesce = coalesce
+        self.max_checkpoints = max_checkpoints
+        self.max_bytes = max_bytes
+        self.plan_channels = frozenset(plan_channels)
+        self._threads: dict[str, _Thread] = {}
+        self._lock = threading.RLock()
+        self._metrics = Metrics()
+        self._timer_wake = threading.Event()
+        self._closed = False
+        self._timer = threading.Thread(target=self._run_timer, name="lgckpt-smart", daemon=True)
+        self._timer_started = False
+        _live.add(self)
+
+    # -- metrics ----------------------------------------------------------------------------
+
+    @property
+    def metrics(self) -> Metrics:
+        """A snapshot of what was requested, written and is waiting."""
+        with self._lock:
+            m = Metrics(**self._metrics.__dict__)
+            now = time.monotonic()
+            oldest = [t.oldest() for t in self._threads.values()]
+            times = [o for o in oldest if o is not None]
+            m.buffered = sum(len(t.pending) + len(t.inflight) for t in self._threads.values())
+            m.buffered_bytes = sum(t.bytes for t in self._threads.values())
+            m.oldest_unflushed_age = now - min(times) if times else 0.0
+            return m
+
+    # -- queueing ---------------------------------------------------------------------------
+
+    def _queue(self, item: _Item) -> bool:
+        """Queue an item; True if its thread must be written now."""
+        events = _events(item, self.plan_channels)
+        now = item.at
+        with self._lock:
+            st = self._threads.setdefault(item.thread_id, _Thread())
+            gap = now - st.last if st.last else math.inf
+            st.rate = 0.7 * st.rate + 0.3 * (1.0 / max(gap, 1e-3))
+            st.last = now
+            st.pending.append(item)
+            st.bytes += item.size
+            if isinstance(item, _Put):
+                self._metrics.saves_requested += 1
+            else:
+                self._metrics.writes_requested += 1
+            puts = sum(isinstance(i, _Put) for i in st.items())
+            due = (
+                self.policy.flush_on(events)
+                or puts > self.max_checkpoints
+                or st.bytes > self.max_bytes
+                or self._age_due(st, now)
+            )
+        if not due:
+            self._arm_timer()
+        return due
+
+    def _age_due(self, st: _Thread, now: float) -> bool:
+        oldest = st.oldest()
+        if oldest is None:
+            return False
+        activity = ThreadActivity(now - oldest, len(st.pending), st.rate)
+        return now - oldest >= self.policy.max_age(activity)
+
+    def _over_total(self) -> bool:
+        with self._lock:
+            return sum(t.bytes for t in self._threads.values()) > 4 * self.max_bytes
+
+    def _put_item(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> tuple[_Put, RunnableConfig]:
+        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        values = checkpoint.get("channel_values") or {}
+        size = 256 + sum(_size(values.get(ch)) for ch in new_versions)
+        item = _Put(
+            thread_id, ns, str(checkpoint["id"]), checkpoint_id_of(config), config,
+            checkpoint, metadata, dict(new_versions), size, time.monotonic(),
+        )
+        return item, make_config(thread_id, ns, str(checkpoint["id"]))
+
+    def _writes_item(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+        task_path: str,
+    ) -> _Writes:
+        thread_id = thread_id_of(config)
+        checkpoint_id = checkpoint_id_of(config)
+        if checkpoint_id is None:
+            raise InvalidConfigError(
+                "put_writes needs config['configurable']['checkpoint_id']: the checkpoint "
+                "these writes belong to (the config that put returned)"
+            )
+        size = 64 + sum(_size(v) for _, v in writes)
+        return _Writes(thread_id, checkpoint_ns_of(config), checkpoint_id, config,
+                       list(writes), str(task_id), task_path, size, time.monotonic())
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        item, out = self._put_item(config, checkpoint, metadata, new_versions)
+        if self._queue(item):
+            self._flush_thread(item.thread_id)
+        elif self._over_total():
+            self.flush()
+        return out
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        item, out = self._put_item(config, checkpoint, metadata, new_versions)
+        if self._queue(item):
+            await self._aflush_thread(item.thread_id)
+        elif self._over_total():
+            await self.aflush()
+        return out
+
+    def put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+        task_path: str = "",
+    ) -> None:
+        item = self._writes_item(config, writes, task_id, task_path)
+        if self._queue(item):
+            self._flush_thread(item.thread_id)
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+        task_path: str = "",
+    ) -> None:
+        item = self._writes_item(config, writes, task_id, task_path)
+        if self._queue(item):
+            await self._aflush_thread(item.thread_id)
+
+    # -- flushing ---------------------------------------------------------------------------
+
+    def _take(self, thread_id: str) -> list[_Item] | None:
+        """Move a thread's queue in flight; None if another flush has it in flight."""
+        with self._lock:
+            st = self._threads.get(thread_id)
+            if st is None or not st.pending:
+                return []
+            if st.inflight:
+                return None
+            batch = list(st.pending)
+            st.pending.clear()
+            st.inflight = self._coalesced(batch) if self.coalesce else batch
+            return st.inflight
+
+    def _done(self, thread_id: str, batch: list[_Item], error: BaseException | None) -> None:
+        with self._lock:
+            st = self._threads[thread_id]
+            st.inflight = []
+            if error is not None:
+                st.pending.extendleft(reversed(batch))
+                self._metrics.flush_failures += 1
+                self._metrics.last_error = error
+                return
+            size = sum(i.size for i in batch)
+            st.bytes = max(0, st.bytes - size)
+            self._metrics.batches += 1
+            self._metrics.bytes_written += size
+            self._metrics.checkpoints_written += sum(isinstance(i, _Put) for i in batch)
+            self._metrics.writes_written += sum(isinstance(i, _Writes) for i in batch)
+            if not st.pending:
+                del self._threads[thread_id]
+
+    def _flush_thread(self, thread_id: str) -> None:
+        while True:
+            batch = self._take(thread_id)
+            if batch is None:
+                time.sleep(0.002)  # another flush of this thread is writing: after it
+                continue
+            if not batch:
+                return
+            try:
+                self._write_sync(batch)
+            except BaseException as exc:
+                self._done(thread_id, batch, exc)
+                raise
+            self._done(thread_id, batch, None)
+
+    async def _aflush_thread(self, thread_id: str) -> None:
+        while True:
+            batch = self._take(thread_id)
+            if batch is None:
+                await asyncio.sleep(0.002)
+                continue
+            if not batch:
+                return
+            try:
+                await self._write_async(batch)
+            except BaseException as exc:
+                self._done(thread_id, batch, exc)
+                raise
+            self._done(thread_id, batch, None)
+
+    def _write_sync(self, batch: list[_Item]) -> None:
+        batcher = getattr(self.inner, "put_batch", None)
+        if batcher is not None:
+            batcher([_op(i) for i in batch])
+            return
+        for item in batch:
+            if isinstance(item, _Put):
+                self.inner.put(item.config, item.checkpoint, item.metadata, item.new_versions)
+            else:
+                self.inner.put_writes(item.config, item.writes, item.task_id, item.task_path)
+
+    async def _write_async(self, batch: list[_Item]) -> None:
+        batcher = getattr(self.inner, "aput_batch", None)
+        if batcher is not None:
+            await batcher([_op(i) for i in batch])
+            return
+        for item in batch:
+            if isinstance(item, _Put):
+                await self.inner.aput(item.config, item.checkpoint, item.metadata,
+                                      item.new_versions)
+            else:
+                await self.inner.aput_writes(item.config, item.writes, item.task_id,
+                                             item.task_path)
+
+    def _coalesced(self, batch: list[_Item]) -> list[_Item]:
+        """The newest checkpoint of each namespace (re-parented onto the one before the batch,
+        storing every channel that moved in the batch) and its writes; writes of checkpoints
+        already stored stay."""
+        newest: dict[str, _Put] = {}
+        first_parent: dict[str, str | None] = {}
+        moved: dict[str, dict[str, Any]] = {}
+        for item in batch:
+            if isinstance(item, _Put):
+                first_parent.setdefault(item.ns, item.parent_id)
+                moved.setdefault(item.ns, {}).update(item.new_versions)
+                newest[item.ns] = item
+        buffered = {(i.ns, i.checkpoint_id) for i in batch if isinstance(i, _Put)}
+        out: list[_Item] = []
+        for item in batch:
+            if isinstance(item, _Put):
+                if newest[item.ns] is not item:
+                    continue
+                versions = item.checkpoint["channel_versions"]
+                conf = dict(item.config["configurable"])
+                conf["checkpoint_id"] = first_parent[item.ns]
+                if conf["checkpoint_id"] is None:
+                    conf.pop("checkpoint_id")
+                out.append(_Put(
+                    item.thread_id, item.ns, item.checkpoint_id, first_parent[item.ns],
+                    {**item.config, "configurable": conf},
+                    item.checkpoint, item.metadata,
+                    {ch: versions[ch] for ch in moved[item.ns] if ch in versions},
+                    item.size, item.at,
+                ))
+            elif (item.ns, item.checkpoint_id) not in buffered or (
+                newest.get(item.ns) is not None
+                and newest[item.ns].checkpoint_id == item.checkpoint_id
+            ):
+                out.append(item)
+        return out
+
+    def flush(self) -> None:
+        """Write every thread's buffer now (each thread's in one batch)."""
+        with self._lock:
+            threads = list(self._threads)
+        errors = []
+        for thread_id in threads:
+            try:
+                self._flush_thread(thread_id)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    async def aflush(self) -> None:
+        with self._lock:
+            threads = list(self._threads)
+        errors = []
+        for thread_id in threads:
+            try:
+                await self._aflush_thread(thread_id)
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    # -- the interval timer -----------------------------------------------------------------
+
+    def _arm_timer(self) -> None:
+        if not self._timer_started and not self._closed:
+            with self._lock:
+                if not self._timer_started:
+                    self._timer_started = True
+                    self._timer.start()
+        self._timer_wake.set()
+
+    def _next_due(self) -> tuple[float, list[str]]:
+        """Seconds until the next thread is due, and the threads due now."""
+        now = time.monotonic()
+        wait, due = math.inf, []
+        with self._lock:
+            for thread_id, st in self._threads.items():
+                oldest = st.oldest()
+                if oldest is None or st.inflight:
+                    continue
+                limit = self.policy.max_age(ThreadActivity(now - oldest, len(st.pending),
+                                                           st.rate))
+                left = oldest + limit - now
+                if left <= 0:
+                    due.append(thread_id)
+                else:
+                    wait = min(wait, left)
+        return wait, due
+
+    def _run_timer(self) -> None:
+        while not self._closed:
+            wait, due = self._next_due()
+            for thread_id in due:
+                try:
+                    self._flush_thread(thread_id)
+                except Exception:  # kept in the buffer and in metrics.last_error; retried
+                    wait = min(wait, 1.0)
+            self._timer_wake.wait(None if math.isinf(wait) else max(wait, 0.001))
+            self._timer_wake.clear()
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _snapshot(self, thread_id: str | None) -> list[_Item]:
+        with self._lock:
+            if thread_id is not None:
+                st = self._threads.get(thread_id)
+                return st.items() if st else []
+            return [i for st in self._threads.values() for i in st.items()]
+
+    def _tuple_of(self, put: _Put, items: list[_Item]) -> CheckpointTuple:
+        return CheckpointTuple(
+            config=make_config(put.thread_id, put.ns, put.checkpoint_id),
+            checkpoint=put.checkpoint,
+            metadata=get_serializable_checkpoint_metadata(put.config, put.metadata),
+            parent_config=(make_config(put.thread_id, put.ns, put.parent_id)
+                           if put.parent_id else None),
+            pending_writes=_writes_for(items, put.ns, put.checkpoint_id),
+        )
+
+    def _merge(self, tup: CheckpointTuple | None, items: list[_Item]) -> CheckpointTuple | None:
+        if tup is None or not items:
+            return tup
+        conf = tup.config["configurable"]
+        extra = _writes_for(items, conf.get("checkpoint_ns", ""), conf["checkpoint_id"])
+        if not extra:
+            return tup
+        have = {(t, c) for t, c, _ in tup.pending_writes or ()}
+        merged = list(tup.pending_writes or []) + [w for w in extra if (w[0], w[1]) not in have]
+        return tup._replace(pending_writes=merged)
+
+    def _buffered_tuple(
+        self, config: RunnableConfig
+    ) -> tuple[CheckpointTuple | None, list[_Item], bool]:
+        """(a tuple served from the buffer, the thread's items, whether the buffer answered)."""
+        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        checkpoint_id = checkpoint_id_of(config)
+        items = self._snapshot(thread_id)
+        puts = [i for i in items if isinstance(i, _Put) and i.ns == ns]
+        if checkpoint_id is not None:
+            for p in puts:
+                if p.checkpoint_id == checkpoint_id:
+                    return self._tuple_of(p, items), items, True
+            return None, items, False
+        if puts:
+            return self._tuple_of(max(puts, key=lambda p: p.checkpoint_id), items), items, True
+        return None, items, False
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        tup, items, answered = self._buffered_tuple(config)
+        if answered:
+            return tup
+        return self._merge(self.inner.get_tuple(config), items)
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        tup, items, answered = self._buffered_tuple(config)
+        if answered:
+            return tup
+        return self._merge(await self.inner.aget_tuple(config), items)
+
+    def _buffered_list(
+        self,
+        config: RunnableConfig | None,
+        flt: dict[str, Any] | None,
+        before: RunnableConfig | None,
+    ) -> tuple[list[CheckpointTuple], list[_Item]]:
+        conf = (config or {}).get("configurable") or {}
+        thread_id = conf.get("thread_id") or None
+        ns = conf.get("checkpoint_ns")
+        checkpoint_id = conf.get("checkpoint_id")
+        before_id = checkpoint_id_of(before) if before else None
+        items = self._snapshot(None if thread_id is None else str(thread_id))
+        found = []
+        for p in items:
+            if not isinstance(p, _Put):
+                continue
+            if ns is not None and p.ns != ns:
+                continue
+            if checkpoint_id is not None and p.checkpoint_id != checkpoint_id:
+                continue
+            if before_id is not None and not p.checkpoint_id < before_id:
+                continue
+            tup = self._tuple_of(p, items)
+            if flt and not matches(tup.metadata, flt):
+                continue
+            found.append(tup)
+        found.sort(key=_order, reverse=True)
+        return found, items
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        flt = validate_filter(filter)
+        buffered, items = self._buffered_list(config, flt, before)
+        inner = self.inner.list(config, filter=filter, before=before, limit=limit)
+        yield from _merged(buffered, inner, items, limit, self._merge)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        flt = validate_filter(filter)
+        buffered, items = self._buffered_list(config, flt, before)
+        if limit is not None and limit <= 0:
+            return
+        seen = {_key(t) for t in buffered}
+        queue = deque(buffered)
+        n = 0
+        async for tup in self.inner.alist(config, filter=filter, before=before, limit=limit):
+            while queue and _order(queue[0]) > _order(tup):
+                yield queue.popleft()
+                n += 1
+                if limit is not None and n >= limit:
+                    return
+            if _key(tup) in seen:
+                continue
+            merged = self._merge(tup, items)
+            assert merged is not None
+            yield merged
+            n += 1
+            if limit is not None and n >= limit:
+                return
+        while queue:
+            yield queue.popleft()
+            n += 1
+            if limit is not None and n >= limit:
+                return
+
+    # -- everything else: written first, then the inner checkpointer --------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._drop(thread_id)
+        self.inner.delete_thread(thread_id)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        self._drop(thread_id)
+        await self.inner.adelete_thread(thread_id)
+
+    def _drop(self, thread_id: str) -> None:
+        while True:
+            with self._lock:
+                st = self._threads.get(str(thread_id))
+                if st is None or not st.inflight:
+                    self._threads.pop(str(thread_id), None)
+                    return
+            time.sleep(0.002)  # a flush is writing it: delete after it
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._flush_thread(str(source_thread_id))
+        self._flush_thread(str(target_thread_id))
+        self.inner.copy_thread(source_thread_id, target_thread_id)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._aflush_thread(str(source_thread_id))
+        await self._aflush_thread(str(target_thread_id))
+        await self.inner.acopy_thread(source_thread_id, target_thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self.flush()
+        self.inner.delete_for_runs(run_ids)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self.aflush()
+        await self.inner.adelete_for_runs(run_ids)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        for t in thread_ids:
+            self._flush_thread(str(t))
+        self.inner.prune(thread_ids, strategy=strategy)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        for t in thread_ids:
+            await self._aflush_thread(str(t))
+        await self.inner.aprune(thread_ids, strategy=strategy)
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        self._flush_thread(thread_id_of(config))
+        return self.inner.get_delta_channel_history(config=config, channels=channels)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        await self._aflush_thread(thread_id_of(config))
+        return await self.inner.aget_delta_channel_history(config=config, channels=channels)
+
+    def get_next_version(self, current: Any, channel: Any = None) -> Any:
+        return self.inner.get_next_version(current, channel)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Write everything buffered and stop the interval timer (the inner checkpointer is
+        the caller's and stays open)."""
+        self.flush()
+        self._closed = True
+        self._timer_wake.set()
+
+    async def aclose(self) -> None:
+        await self.aflush()
+        self._closed = True
+        self._timer_wake.set()
+
+    def __enter__(self) -> SmartCheckpointer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> SmartCheckpointer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _op(item: _Item) -> tuple[Any, ...]:
+    if isinstance(item, _Put):
+        return ("put", item.config, item.checkpoint, item.metadata, item.new_versions)
+    return ("writes", item.config, item.writes, item.task_id, item.task_path)
+
+
+def _writes_for(items: list[_Item], ns: str, checkpoint_id: str) -> list[tuple[str, str, Any]]:
+    """Buffered writes of one checkpoint, as stored: a task's write at an index >= 0 is kept
+    once (the first), a special one (index < 0) replaced by the last."""
+    rows: dict[tuple[str, int], tuple[str, str, str, Any]] = {}
+    for item in items:
+        if isinstance(item, _Writes) and item.ns == ns and item.checkpoint_id == checkpoint_id:
+            for i, (channel, value) in enumerate(item.writes):
+                idx = WRITES_IDX_MAP.get(channel, i)
+                key = (item.task_id, idx)
+                if idx >= 0 and key in rows:
+                    continue
+                rows[key] = (item.task_path, item.task_id, channel, value)
+    # in the order LangGraph applies them: task path, task id, index
+    order = sorted(rows, key=lambda k: (rows[k][0], k[0], k[1]))
+    return [rows[k][1:] for k in order]
+
+
+def _order(tup: CheckpointTuple) -> tuple[str, str, str]:
+    c = tup.config["configurable"]
+    return (str(c["checkpoint_id"]), str(c.get("checkpoint_ns", "")), str(c["thread_id"]))
+
+
+def _key(tup: CheckpointTuple) -> tuple[str, str, str]:
+    return _order(tup)
+
+
+def _merged(
+    buffered: list[CheckpointTuple],
+    inner: Iterator[CheckpointTuple],
+    items: list[_Item],
+    limit: int | None,
+    merge: Any,
+) -> Iterator[CheckpointTuple]:
+    if limit is not None and limit <= 0:
+        return
+    seen = {_key(t) for t in buffered}
+    queue = deque(buffered)
+    n = 0
+    for tup in inner:
+        while queue and _order(queue[0]) > _order(tup):
+            yield queue.popleft()
+            n += 1
+            if limit is not None and n >= limit:
+                return
+        if _key(tup) in seen:
+            continue
+        yield merge(tup, items)
+        n += 1
+        if limit is not None and n >= limit:
+            return
+    while queue:
+        yield queue.popleft()
+        n += 1
+        if limit is not None and n >= limit:
+            return
