@@ -162,3 +162,14 @@ async def keyset_pages(
             return
         last = rows[-1]
         cursor = (last.checkpoint_id, last.checkpoint_ns, last.thread_id)
+
+
+async def write_in_turn(store: Store, items: Sequence[BatchItem]) -> list[set[str]]:
+    """`write_batch` as one call per item, for a store with nothing better."""
+    out: list[set[str]] = []
+    for item in items:
+        if isinstance(item, tuple):
+            out.append(await store.write_checkpoint(*item))
+        else:
+            await store.write_writes(item)
+    return out

@@ -11,7 +11,7 @@ import asyncpg
 from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
 from ...core.perloop import PerLoop
 from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
-from ...core.store import Cursor, GcPlanner, keyset_pages
+from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages, write_in_turn
 from . import sql
 from .migrations import LATEST, MIGRATIONS
 
@@ -183,6 +183,9 @@ class PostgresStore:
 
         await self._run(op, tx=True)
         return {b.channel for b in missing}
+
+    async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
+        return await write_in_turn(self, items)
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
         keep = [r for r in rows if r.idx >= 0]

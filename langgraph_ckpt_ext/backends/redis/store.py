@@ -23,7 +23,7 @@ from ...core.codec import writes_order
 from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
 from ...core.perloop import PerLoop
 from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
-from ...core.store import Cursor, GcPlanner, keyset_pages
+from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages, write_in_turn
 from . import scripts
 from .layout import LAYOUT_VERSION, check_parts, thread_keys
 
@@ -345,6 +345,9 @@ class RedisStore:
             ]
         await self._after_write()
         return fell_back
+
+    async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
+        return await write_in_turn(self, items)
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
         by_thread: dict[str, list[WriteRow]] = {}

@@ -11,7 +11,7 @@ import aiosqlite
 
 from ...core.errors import check_storage_version
 from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
-from ...core.store import Cursor, GcPlanner, keyset_pages
+from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages, write_in_turn
 from . import sql
 from .migrations import LATEST, MIGRATIONS
 from .worker import Db, GroupCommit
@@ -131,6 +131,9 @@ class SQLiteStore:
             return fell_back
 
         return await self._commits.submit(op)  # type: ignore[no-any-return]
+
+    async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
+        return await write_in_turn(self, items)
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
         def params(r: WriteRow) -> tuple[Any, ...]:
