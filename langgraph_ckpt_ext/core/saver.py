@@ -9,7 +9,17 @@ from __future__ import annotations
 
 import builtins
 from collections import OrderedDict, defaultdict
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Collection,
+    Coroutine,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -29,13 +39,13 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ..timetravel.methods import TimeTravel
 from . import codec
-from .appendlog import AppendLog
+from .appendlog import AppendLog, Plan
 from .bridge import Bridge, iterate_inline, run_inline
 from .config import checkpoint_id_of, checkpoint_ns_of, make_config, thread_id_of
 from .errors import InvalidConfigError
 from .filters import matches, validate_filter
-from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery
-from .store import BlobKey, Store
+from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
+from .store import BatchItem, BlobKey, Store
 from .versions import Version, is_upgraded, next_version, plain, upgraded_version, version_key
 
 if TYPE_CHECKING:
@@ -179,6 +189,19 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        put = await self._prepare_put(config, checkpoint, metadata, new_versions)
+        fell_back = await self._store.write_checkpoint(put.row, put.blobs)
+        self._stored(put, fell_back)
+        return make_config(put.row.thread_id, put.row.checkpoint_ns, put.row.checkpoint_id)
+
+    async def _prepare_put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> _PreparedPut:
+        """A checkpoint as the rows to store, and what to remember once they are stored."""
         thread_id = thread_id_of(config)
         ns = checkpoint_ns_of(config)
         checkpoint_id = str(checkpoint["id"])
@@ -195,9 +218,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         # A record of the audit trail copied along (a fork) would be stale: ours to write.
         if isinstance(md.get("audit"), dict) and "hash" in md["audit"]:  # type: ignore[typeddict-item]
             md.pop("audit")  # type: ignore[typeddict-item]
-        auditor, sealed = self._auditor, None
-        if auditor is not None:
-            sealed = await auditor.seal(
+        sealed = None
+        if self._auditor is not None:
+            sealed = await self._auditor.seal(
                 self.serde, (thread_id, ns, checkpoint_id, checkpoint_id_of(config)), header,
                 md, checkpoint, codec.blob_keys(new_versions), blobs,
             )
@@ -214,16 +237,65 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             md_typed,
             codec.blob_keys(checkpoint["channel_versions"]) if self._row_versions else None,
         )
-        fell_back = await self._store.write_checkpoint(row, blobs)
-        if auditor is not None and sealed is not None:
-            auditor.stored(sealed)
-        for key, _ in marks:  # stored now: later checkpoints holding the same mark skip it
+        return _PreparedPut(row, blobs, plans, [k for k, _ in marks], sealed)
+
+    def _stored(self, put: _PreparedPut, fell_back: Collection[str], planned: bool = True) -> None:
+        """Remember what a stored checkpoint holds (`planned`: its append plans still need
+        committing to the log)."""
+        if self._auditor is not None and put.sealed is not None:
+            self._auditor.stored(put.sealed)
+        for key in put.marks:  # stored now: later checkpoints holding the same mark skip it
             self._upgrades_stored[key] = None
             if len(self._upgrades_stored) > 4096:
                 self._upgrades_stored.popitem(last=False)
-        for channel, plan in plans.items():
-            self._log.commit(thread_id, ns, channel, plan, full=channel in fell_back)
-        return make_config(thread_id, ns, checkpoint_id)
+        if planned:
+            row = put.row
+            for channel, plan in put.plans.items():
+                self._log.commit(row.thread_id, row.checkpoint_ns, channel, plan,
+                                 full=channel in fell_back)
+
+    async def aput_batch(self, ops: Sequence[tuple[Any, ...]]) -> None:
+        """Store checkpoints and writes in order, in one batch (one transaction or round trip
+        where the backend allows). Each op is `("put", config, checkpoint, metadata,
+        new_versions)` or `("writes", config, writes, task_id, task_path)`, as the arguments of
+        `aput` / `aput_writes`. Used by `SmartCheckpointer` to flush a thread."""
+        if self._auditor is not None:  # each hash chains on the one stored before it
+            for op in ops:
+                if op[0] == "put":
+                    await self.aput(*op[1:])
+                else:
+                    await self.aput_writes(*op[1:])
+            return
+        items: builtins.list[BatchItem] = []
+        puts: builtins.list[_PreparedPut] = []
+        threads: set[str] = set()
+        try:
+            for op in ops:
+                if op[0] == "put":
+                    put = await self._prepare_put(*op[1:])
+                    items.append((put.row, put.blobs))
+                    puts.append(put)
+                    row = put.row
+                    threads.add(row.thread_id)
+                    # Committed now, so that the next checkpoint of the batch appends to this
+                    # one; forgotten below if the batch fails.
+                    for channel, plan in put.plans.items():
+                        self._log.commit(row.thread_id, row.checkpoint_ns, channel, plan)
+                else:
+                    rows = self._encode_writes(*op[1:])
+                    if rows:
+                        items.append(rows)
+            fell_back = await self._store.write_batch(items) if items else []
+        except BaseException:
+            for thread_id in threads:
+                self._log.forget(thread_id)
+            raise
+        for put, fell in zip(puts, fell_back, strict=True):
+            self._stored(put, fell, planned=False)
+
+    def put_batch(self, ops: Sequence[tuple[Any, ...]]) -> None:
+        """Sync `aput_batch`."""
+        self._sync(self.aput_batch(ops))
 
     def _upgraded_blobs(
         self, thread_id: str, ns: str, values: Mapping[str, Any], versions: Mapping[str, str]
@@ -246,6 +318,20 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         task_id: str,
         task_path: str = "",
     ) -> None:
+        rows = self._encode_writes(config, writes, task_id, task_path)
+        if rows and self._auditor is not None:
+            with self._auditor.writing(rows):
+                await self._store.write_writes(rows)
+        elif rows:
+            await self._store.write_writes(rows)
+
+    def _encode_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> builtins.list[WriteRow]:
         thread_id = thread_id_of(config)
         checkpoint_id = checkpoint_id_of(config)
         if checkpoint_id is None:
@@ -253,7 +339,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
                 "put_writes needs config['configurable']['checkpoint_id']: the checkpoint "
                 "these writes belong to (the config that put returned)"
             )
-        rows = codec.encode_writes(
+        return codec.encode_writes(
             self.serde,
             thread_id,
             checkpoint_ns_of(config),
@@ -262,11 +348,6 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             str(task_id),
             task_path,
         )
-        if rows and self._auditor is not None:
-            with self._auditor.writing(rows):
-                await self._store.write_writes(rows)
-        elif rows:
-            await self._store.write_writes(rows)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -673,6 +754,15 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class _PreparedPut:
+    row: CheckpointRow
+    blobs: builtins.list[BlobRow]
+    plans: Mapping[str, Plan]
+    marks: builtins.list[tuple[str, str, str, str]]
+    sealed: Any
 
 
 def stored_schema_version(metadata: Mapping[str, Any], chain: SchemaChain, checkpoint_id: str) -> int:
