@@ -169,6 +169,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         inner: the checkpointer that stores (ours or any `BaseCheckpointSaver`).
         policy: when to write a thread's buffer (default `OnEvents()`: at once on an interrupt,
             an error, a tool call, a plan change, an `update_state`, or the end of a run).
+            Whatever the policy, a thread that pauses at `interrupt()` is written at once.
         coalesce: write only the newest checkpoint of each namespace buffered since the last
             flush (re-parented onto the last one written), with its writes: fewer rows, less
             history.
@@ -247,7 +248,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                 self._metrics.writes_requested += 1
             puts = sum(isinstance(i, _Put) for i in st.items())
             due = (
-                self.policy.flush_on(events)
+                policies.INTERRUPT in events  # a human is waiting on it: always at once
+                or self.policy.flush_on(events)
                 or puts > self.max_checkpoints
                 or st.bytes > self.max_bytes
                 or self._age_due(st, now)

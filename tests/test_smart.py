@@ -1,0 +1,210 @@
+"""SmartCheckpointer on its own terms: policies, the buffer and its reads, flushing, coalescing,
+failures and metrics (the conformance suite and the graph scenarios run it too)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from langgraph_ckpt_ext import (
+    EveryStep,
+    Hybrid,
+    InvalidConfigError,
+    OnEvents,
+    Periodic,
+    SmartCheckpointer,
+)
+from langgraph_ckpt_ext.strategies import AnyOf, ThreadActivity
+
+from .conftest import cleanup, make_saver
+from .graphs import approval_graph, chat_graph, human
+
+
+def cfg(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}}
+
+
+def stored(inner: BaseCheckpointSaver[Any], thread: str) -> list[str]:
+    return [t.checkpoint["id"] for t in inner.list(cfg(thread))]
+
+
+def test_bad_policies_are_refused_when_built() -> None:
+    with pytest.raises(InvalidConfigError, match="interval must be a number of seconds >= 0"):
+        Periodic(-1)
+    with pytest.raises(InvalidConfigError, match=r"unknown save event\(s\) \['lunch'\]"):
+        OnEvents(events=frozenset({"interrupt", "lunch"}))
+    with pytest.raises(InvalidConfigError, match="min_interval"):
+        Hybrid(min_interval=5, max_interval=1)
+    with pytest.raises(InvalidConfigError, match="max_interval"):
+        OnEvents(max_interval=float("nan"))
+    with pytest.raises(InvalidConfigError, match="policy must be a Policy"):
+        SmartCheckpointer(InMemorySaver(), "every step")  # type: ignore[arg-type]
+    with pytest.raises(InvalidConfigError, match="inner must be"):
+        SmartCheckpointer(object())  # type: ignore[arg-type]
+
+
+def test_policies_combine_and_hybrid_adapts() -> None:
+    both = Periodic(10) | OnEvents(events=frozenset({"error"}))
+    assert isinstance(both, AnyOf) and both.flush_on(["error"]) and not both.flush_on(["end"])
+    idle = ThreadActivity(0, 1, rate=0.1)
+    busy = ThreadActivity(0, 1, rate=50)
+    assert both.max_age(idle) == 10
+    hybrid = Hybrid(min_interval=1, max_interval=30)
+    assert hybrid.max_age(idle) == 30 and hybrid.max_age(busy) == 1
+    assert 1 < hybrid.max_age(ThreadActivity(0, 1, rate=5)) < 30
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_events_policy_buffers_a_run_and_serves_it(backend: str, tmp_path: Path) -> None:
+    inner = make_saver(backend, tmp_path)
+    smart = SmartCheckpointer(inner, OnEvents(events=frozenset({"interrupt"})))
+    try:
+        graph = chat_graph().compile(checkpointer=smart)
+        graph.invoke({"messages": [human("one")]}, cfg("t"))
+        graph.invoke({"messages": [human("two")]}, cfg("t"))
+        assert stored(inner, "t") == []  # nothing written yet...
+        state = graph.get_state(cfg("t"))  # ...and yet read back, in order
+        assert state.values["turns"] == 2
+        history = list(graph.get_state_history(cfg("t")))
+        assert [s.metadata["step"] for s in history] == [4, 3, 2, 1, 0, -1]
+        m = smart.metrics
+        assert m.saves_requested == 6 and m.checkpoints_written == 0 and m.buffered >= 6
+        assert m.oldest_unflushed_age > 0
+        smart.flush()
+        assert len(stored(inner, "t")) == 6
+        assert [t.checkpoint["id"] for t in inner.list(cfg("t"))] == [
+            s.config["configurable"]["checkpoint_id"] for s in history]
+        m = smart.metrics
+        assert m.batches == 1 and m.buffered == 0 and m.checkpoints_written == 6
+    finally:
+        smart.close()
+        inner.close()
+        cleanup(backend, inner)
+
+
+def test_an_interrupt_is_written_at_once_whatever_the_policy() -> None:
+    inner = InMemorySaver()
+    smart = SmartCheckpointer(inner, Periodic(3600))
+    graph = approval_graph().compile(checkpointer=smart)
+    graph.invoke({"request": "r", "log": []}, cfg("ask"))
+    assert len(stored(inner, "ask")) >= 3  # the pause is durable before invoke returns
+    pending = inner.get_tuple(cfg("ask"))
+    assert pending is not None and any(w[1] == "__interrupt__" for w in pending.pending_writes)
+    out = approval_graph().compile(checkpointer=inner).invoke(Command(resume="y"), cfg("ask"))
+    assert out["log"][-1] == "acted on y"
+
+
+def test_every_step_and_events_write_when_they_should() -> None:
+    inner = InMemorySaver()
+    every = SmartCheckpointer(inner, EveryStep())
+    chat_graph().compile(checkpointer=every).invoke({"messages": [human("x")]}, cfg("e"))
+    assert every.metrics.buffered == 0 and len(stored(inner, "e")) == 3
+    assert every.metrics.batches >= 3  # one per save: nothing batched
+
+    events = SmartCheckpointer(inner)  # default: events, including the end of a run
+    chat_graph().compile(checkpointer=events).invoke({"messages": [human("x")]}, cfg("f"))
+    assert events.metrics.buffered == 0 and len(stored(inner, "f")) == 3
+    assert events.metrics.batches == 1  # the whole run in one batch, at its end
+
+
+def test_tool_calls_and_plan_changes_are_events() -> None:
+    inner = InMemorySaver()
+    smart = SmartCheckpointer(inner, OnEvents(events=frozenset({"tool_call", "plan_change"})))
+    conf = smart.put(cfg("x") | {"configurable": {"thread_id": "x", "checkpoint_ns": ""}},
+                     _checkpoint("c1"), {"source": "loop", "step": 0}, {})
+    assert stored(inner, "x") == []
+    smart.put_writes(conf, [("messages", [AIMessage("", tool_calls=[
+        {"id": "1", "name": "send_email", "args": {}}])])], "task-1")
+    assert stored(inner, "x") == ["c1"]  # saved before the tool with side effects runs
+    conf2 = smart.put(conf, _checkpoint("c2"), {"source": "loop", "step": 1}, {})
+    assert stored(inner, "x") == ["c1"]
+    smart.put_writes(conf2, [("plan", ["new step"])], "task-2")
+    assert stored(inner, "x") == ["c2", "c1"]
+
+
+def _checkpoint(cid: str) -> Any:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    cp = empty_checkpoint()
+    cp["id"] = cid
+    cp["channel_values"] = {"branch:to:agent": None}
+    cp["channel_versions"] = {"branch:to:agent": 1}
+    return cp
+
+
+def test_periodic_timer_flushes_on_its_own() -> None:
+    inner = InMemorySaver()
+    smart2 = SmartCheckpointer(inner, Periodic(0.1))
+    g2 = chat_graph().compile(checkpointer=smart2)
+    g2.invoke({"messages": [human("x")]}, cfg("q"), durability="exit")
+    deadline = time.monotonic() + 5
+    while stored(inner, "q") == [] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert stored(inner, "q") != []
+    smart2.close()
+
+
+class Flaky(InMemorySaver):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = True
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        if self.fail:
+            raise ConnectionError("database went away")
+        return super().put(*args, **kwargs)
+
+
+def test_a_failed_flush_keeps_the_buffer_and_reports() -> None:
+    inner = Flaky()
+    smart = SmartCheckpointer(inner, Periodic(3600))
+    graph = chat_graph().compile(checkpointer=smart)
+    graph.invoke({"messages": [human("x")]}, cfg("f"))
+    with pytest.raises(ConnectionError, match="went away"):
+        smart.flush()
+    m = smart.metrics
+    assert m.flush_failures == 1 and isinstance(m.last_error, ConnectionError)
+    assert m.buffered >= 3 and graph.get_state(cfg("f")).values["turns"] == 1
+    inner.fail = False
+    smart.flush()
+    assert len(stored(inner, "f")) == 3 and smart.metrics.buffered == 0
+
+
+def test_coalesce_keeps_the_newest_checkpoint_reparented() -> None:
+    inner = InMemorySaver()
+    smart = SmartCheckpointer(inner, Periodic(3600), coalesce=True)
+    graph = chat_graph().compile(checkpointer=smart)
+    graph.invoke({"messages": [human("a")]}, cfg("c"))
+    smart.flush()
+    first = stored(inner, "c")
+    assert len(first) == 1
+    graph.invoke({"messages": [human("b")]}, cfg("c"))
+    graph.invoke({"messages": [human("c")]}, cfg("c"))
+    smart.flush()
+    rows = list(inner.list(cfg("c")))
+    assert len(rows) == 2 and rows[0].parent_config["configurable"]["checkpoint_id"] == first[0]
+    plain = chat_graph().compile(checkpointer=inner)
+    values = plain.get_state(cfg("c")).values
+    assert values["turns"] == 3 and [m.content for m in values["messages"]][-2:] == [
+        "c", "echo: c"]
+    out = plain.invoke({"messages": [human("d")]}, cfg("c"))
+    assert out["turns"] == 4
+
+
+def test_bounded_buffer_flushes_early() -> None:
+    inner = InMemorySaver()
+    smart = SmartCheckpointer(inner, Periodic(3600), max_checkpoints=4)
+    graph = chat_graph().compile(checkpointer=smart)
+    for i in range(3):
+        graph.invoke({"messages": [human(str(i))]}, cfg("b"))
+    assert len(stored(inner, "b")) > 0 and smart.metrics.buffered <= 4 * 2
+    tiny = SmartCheckpointer(inner, Periodic(3600), max_bytes=100)
+    chat_graph().compile(checkpointer=tiny).invoke({"messages": [human("x" * 500)]}, cfg("y"))
+    assert stored(inner, "y")
