@@ -131,7 +131,9 @@ def _size(value: Any, depth: int = 0) -> int:
     return 32
 
 
-def _events(item: _Item, plan_channels: frozenset[str]) -> set[str]:
+def _events(
+    item: _Item, plan_channels: frozenset[str], side_effect_tools: frozenset[str] | None
+) -> set[str]:
     found: set[str] = set()
     if isinstance(item, _Put):
         if item.metadata.get("source") == "update":
@@ -147,7 +149,10 @@ def _events(item: _Item, plan_channels: frozenset[str]) -> set[str]:
         elif channel in plan_channels:
             found.add(policies.PLAN_CHANGE)
         for v in value if isinstance(value, list | tuple) else (value,):
-            if getattr(v, "tool_calls", None):
+            calls = getattr(v, "tool_calls", None)
+            if calls and (side_effect_tools is None or any(
+                c.get("name") in side_effect_tools for c in calls if isinstance(c, Mapping)
+            )):
                 found.add(policies.TOOL_CALL)
     return found
 
@@ -176,6 +181,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         max_checkpoints / max_bytes: bounds of one thread's buffer; past them it is written at
             once (and the whole buffer when all threads together pass `max_bytes` x 4).
         plan_channels: channels whose writes count as a plan change.
+        side_effect_tools: the tools whose calls count as an event (None: every tool call);
+            a call to a read-only tool can then wait for the run's end like any other step.
 
     Example:
         >>> cp = SmartCheckpointer(SQLiteCheckpointer("agent.db"), policy=Hybrid())  # doctest: +SKIP
@@ -191,6 +198,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         max_checkpoints: int = 256,
         max_bytes: int = 32 * 1024 * 1024,
         plan_channels: Sequence[str] = ("plan",),
+        side_effect_tools: Sequence[str] | None = None,
     ) -> None:
         if not isinstance(inner, BaseCheckpointSaver):
             raise InvalidConfigError(f"inner must be a BaseCheckpointSaver, got {inner!r}")
@@ -205,6 +213,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         self.max_checkpoints = max_checkpoints
         self.max_bytes = max_bytes
         self.plan_channels = frozenset(plan_channels)
+        self.side_effect_tools = None if side_effect_tools is None else frozenset(
+            side_effect_tools)
         self._threads: dict[str, _Thread] = {}
         self._lock = threading.RLock()
         self._metrics = Metrics()
@@ -233,7 +243,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
 
     def _queue(self, item: _Item) -> bool:
         """Queue an item; True if its thread must be written now."""
-        events = _events(item, self.plan_channels)
+        events = _events(item, self.plan_channels, self.side_effect_tools)
         now = item.at
         with self._lock:
             st = self._threads.setdefault(item.thread_id, _Thread())
@@ -311,7 +321,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
     ) -> RunnableConfig:
         item, out = self._put_item(config, checkpoint, metadata, new_versions)
         if self._queue(item):
-            self._flush_thread(item.thread_id)
+            self._flush_thread(item.thread_id, until_empty=False)
         elif self._over_total():
             self.flush()
         return out
@@ -325,7 +335,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
     ) -> RunnableConfig:
         item, out = self._put_item(config, checkpoint, metadata, new_versions)
         if self._queue(item):
-            await self._aflush_thread(item.thread_id)
+            await self._aflush_thread(item.thread_id, until_empty=False)
         elif self._over_total():
             await self.aflush()
         return out
@@ -336,7 +346,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
     ) -> None:
         item = self._writes_item(config, writes, task_id, task_path)
         if self._queue(item):
-            self._flush_thread(item.thread_id)
+            self._flush_thread(item.thread_id, until_empty=False)
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
@@ -344,7 +354,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
     ) -> None:
         item = self._writes_item(config, writes, task_id, task_path)
         if self._queue(item):
-            await self._aflush_thread(item.thread_id)
+            await self._aflush_thread(item.thread_id, until_empty=False)
 
     # -- flushing ---------------------------------------------------------------------------
 
@@ -379,7 +389,9 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
             if not st.pending:
                 del self._threads[thread_id]
 
-    def _flush_thread(self, thread_id: str) -> None:
+    def _flush_thread(self, thread_id: str, until_empty: bool = True) -> None:
+        """Write the thread's queue as one batch (after a flush already writing it); with
+        `until_empty`, also what was queued meanwhile."""
         while True:
             batch = self._take(thread_id)
             if batch is None:
@@ -393,8 +405,10 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                 self._done(thread_id, batch, exc)
                 raise
             self._done(thread_id, batch, None)
+            if not until_empty:
+                return
 
-    async def _aflush_thread(self, thread_id: str) -> None:
+    async def _aflush_thread(self, thread_id: str, until_empty: bool = True) -> None:
         while True:
             batch = self._take(thread_id)
             if batch is None:
@@ -408,6 +422,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                 self._done(thread_id, batch, exc)
                 raise
             self._done(thread_id, batch, None)
+            if not until_empty:
+                return
 
     def _write_sync(self, batch: list[_Item]) -> None:
         batcher = getattr(self.inner, "put_batch", None)

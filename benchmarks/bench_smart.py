@@ -1,0 +1,186 @@
+"""Benchmark: SmartCheckpointer's policies against the bare backend, on the agent workload.
+
+The agent of `bench_sqlite.py` (agent -> tool -> agent per turn, ~500-byte messages, a tool call
+each turn), THREADS threads x TURNS turns at concurrency 1, on SQLite and on PostgreSQL.
+Variants, interleaved round by round, each on a fresh database (file or schema):
+
+  bare        the backend as the graph's checkpointer (LangGraph's durability="async")
+  every       SmartCheckpointer(backend, EveryStep())
+  events      SmartCheckpointer(backend, OnEvents())      (the default)
+  periodic    SmartCheckpointer(backend, Periodic(1.0))
+  hybrid      SmartCheckpointer(backend, Hybrid(0.5, 5))
+
+Per turn: store calls that write (a batch counts one) and all store calls (reads too): each is
+one database round trip (a native `write_batch`: one transaction, pipelined). Then checkpoints/s,
+turns/s and p50/p99 per turn. Run: `python benchmarks/bench_smart.py [--backend sqlite|postgres|all]
+[--quick]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from langchain_core.messages import HumanMessage
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_sqlite import build_graph, text
+
+from langgraph_ckpt_ext import (
+    EveryStep,
+    Hybrid,
+    OnEvents,
+    Periodic,
+    PostgresCheckpointer,
+    SmartCheckpointer,
+    SQLiteCheckpointer,
+)
+from langgraph_ckpt_ext.core.saver import StoreCheckpointer
+
+_WRITES = {"write_checkpoint", "write_writes", "write_batch"}
+
+
+class Counting:
+    """Forwards to a store, counting its calls."""
+
+    def __init__(self, store: Any) -> None:
+        self._inner = store
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return attr(*args, **kwargs)
+
+        return call
+
+
+# (policy, SmartCheckpointer options); "events-ro": the same events, told that the agent's one
+# tool ("search") has no side effects, so its calls need not be saved before it runs.
+VARIANTS: dict[str, tuple[Any, dict[str, Any]]] = {
+    "bare": (None, {}),
+    "every": (EveryStep(), {}),
+    "events": (OnEvents(), {}),
+    "events-ro": (OnEvents(), {"side_effect_tools": ["send_email"]}),
+    "periodic": (Periodic(1.0), {}),
+    "hybrid": (Hybrid(min_interval=0.5, max_interval=5.0), {}),
+}
+
+
+async def run_variant(
+    backend: str, variant: str, args: argparse.Namespace, tmp: Path
+) -> dict[str, float]:
+    schema = f"lgxsmart_{uuid.uuid4().hex[:8]}"
+    if backend == "sqlite":
+        inner: StoreCheckpointer = SQLiteCheckpointer(tmp / f"{uuid.uuid4().hex}.db")
+    else:
+        inner = PostgresCheckpointer(args.dsn, schema=schema)
+        await inner.asetup()
+    counting = Counting(inner._store)
+    inner._store = counting  # type: ignore[assignment]
+    policy, options = VARIANTS[variant]
+    saver: Any = inner if policy is None else SmartCheckpointer(inner, policy, **options)
+    graph = build_graph(saver)
+    lat: list[float] = []
+    t0 = time.perf_counter()
+    try:
+        for t in range(args.threads):
+            tid = f"thread-{t}"
+            for k in range(args.turns):
+                human = HumanMessage(content=text(f"question {tid}/{k}"), id=f"{tid}/{k}:human")
+                s = time.perf_counter()
+                await graph.ainvoke({"messages": [human]}, {"configurable": {"thread_id": tid}})
+                lat.append(time.perf_counter() - s)
+        if policy is not None:
+            await saver.aflush()
+        seconds = time.perf_counter() - t0
+        calls = Counter(counting.calls)  # before the count below reads the threads back
+        checkpoints = 0
+        for t in range(args.threads):
+            config = {"configurable": {"thread_id": f"thread-{t}"}}
+            checkpoints += len([c async for c in inner.alist(config)])  # type: ignore[arg-type]
+    finally:
+        if policy is not None:
+            await saver.aclose()
+        await inner.aclose()
+        if backend == "postgres":
+            conn = await asyncpg.connect(args.dsn)
+            try:
+                await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            finally:
+                await conn.close()
+    turns = args.threads * args.turns
+    writes = sum(n for name, n in calls.items() if name in _WRITES)
+    lat.sort()
+    return {
+        "writes_per_turn": writes / turns,
+        "calls_per_turn": sum(calls.values()) / turns,
+        "turns_per_s": turns / seconds,
+        "checkpoints_per_s": checkpoints / seconds,
+        "checkpoints": checkpoints,
+        "p50_ms": 1000 * lat[len(lat) // 2],
+        "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+    }
+
+
+async def run(backend: str, args: argparse.Namespace) -> None:
+    results: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
+    with tempfile.TemporaryDirectory() as d:
+        for _ in range(args.rounds):
+            for variant in VARIANTS:
+                results[variant].append(await run_variant(backend, variant, args, Path(d)))
+    print(f"\n[{backend}] {args.threads} threads x {args.turns} turns, best of {args.rounds} "
+          "interleaved rounds (store calls: mean)")
+    head = (f"{'variant':<9} {'writes/turn':>11} {'calls/turn':>10} "
+            f"{'turns/s':>8} {'ckpt/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'ckpts':>6}")
+    print(head)
+    best: dict[str, dict[str, float]] = {}
+    for variant, rows in results.items():
+        b = max(rows, key=lambda r: r["turns_per_s"])
+        mean = {k: statistics.fmean(r[k] for r in rows)
+                for k in ("writes_per_turn", "calls_per_turn")}
+        best[variant] = {**b, **mean}
+        print(f"{variant:<9} {mean['writes_per_turn']:>11.2f} {mean['calls_per_turn']:>10.2f} "
+              f"{b['turns_per_s']:>8.1f} "
+              f"{b['checkpoints_per_s']:>7.0f} {b['p50_ms']:>7.2f} {b['p99_ms']:>7.2f} "
+              f"{int(b['checkpoints']):>6}")
+    for name in ("events", "events-ro"):
+        ev = best[name]
+        for ref in ("bare", "every"):
+            base = best[ref]
+            print(f"{name} vs {ref}: store calls per turn "
+                  f"{base['calls_per_turn'] / ev['calls_per_turn']:.2f}x fewer, writes "
+                  f"{base['writes_per_turn'] / ev['writes_per_turn']:.2f}x fewer, turns/s "
+                  f"{ev['turns_per_s'] / base['turns_per_s']:.2f}x")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--backend", default="all", choices=["sqlite", "postgres", "all"])
+    p.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/test")
+    p.add_argument("--threads", type=int, default=10)
+    p.add_argument("--turns", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="4 threads x 8 turns, 2 rounds")
+    args = p.parse_args()
+    if args.quick:
+        args.threads, args.turns, args.rounds = 4, 8, 2
+    for backend in (["sqlite", "postgres"] if args.backend == "all" else [args.backend]):
+        asyncio.run(run(backend, args))
+
+
+if __name__ == "__main__":
+    main()
