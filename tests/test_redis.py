@@ -341,3 +341,230 @@ def test_listing_across_many_threads_is_one_merged_order(make: Any) -> None:
     before = {"configurable": {"thread_id": pivot[2], "checkpoint_id": pivot[0]}}
     got = [t.config["configurable"]["checkpoint_id"] for t in cp.list(None, before=before, limit=50)]
     assert got == [cid for cid, _, _ in expected if cid < pivot[0]][:50]
+
+
+# -- write_batch: one script call per batch ---------------------------------------------------
+
+
+def _track(cp: RedisCheckpointer, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[str]]:
+    """Record the items the saver's single calls store, and name every round trip."""
+    store = cp.store
+    items: list[Any] = []
+    trips: list[str] = []
+    write_checkpoint, write_writes = store.write_checkpoint, store.write_writes
+    call, command = store._call, store._command
+
+    async def rec_checkpoint(row: Any, blobs: Any) -> set[str]:
+        items.append((row, list(blobs)))
+        return await write_checkpoint(row, blobs)
+
+    async def rec_writes(rows: Any) -> None:
+        items.append(list(rows))
+        await write_writes(rows)
+
+    async def rec_call(name: str, keys: Any, args: Any) -> Any:
+        trips.append(name)
+        return await call(name, keys, args)
+
+    async def rec_command(*args: Any) -> Any:
+        trips.append(f"{args[0]} {args[1].rsplit(':', 1)[-1]}")
+        return await command(*args)
+
+    monkeypatch.setattr(store, "write_checkpoint", rec_checkpoint)
+    monkeypatch.setattr(store, "write_writes", rec_writes)
+    monkeypatch.setattr(store, "_call", rec_call)
+    monkeypatch.setattr(store, "_command", rec_command)
+    return items, trips
+
+
+def _thread_contents(client: Any, cp: RedisCheckpointer, thread: str) -> dict[str, Any]:
+    keys = dict(zip(("ix", "ord", "cp", "bl", "wr", "wx", "meta", "mig"), cp.store.keys(thread),
+                    strict=True))
+    return {
+        **{k: client.hgetall(keys[k]) for k in ("cp", "bl", "wr", "mig")},
+        **{k: client.zrange(keys[k], 0, -1) for k in ("ix", "ord", "wx")},
+        "gen": client.hget(keys["meta"], "gen"),
+    }
+
+
+def _as_thread(item: Any, thread: str) -> Any:
+    from dataclasses import replace
+
+    if isinstance(item, tuple):
+        return (replace(item[0], thread_id=thread), item[1])
+    return [replace(w, thread_id=thread) for w in item]
+
+
+@pytest.mark.parametrize("kind", ["redis", "redis-cluster"])
+def test_write_batch_stores_what_single_calls_store_in_one_call(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from .conftest import cleanup, redis_client_for
+
+    cp: RedisCheckpointer = make_saver(kind, tmp_path)  # type: ignore[assignment]
+    reader: RedisCheckpointer = make_saver(kind, tmp_path, key_prefix=cp.test_prefix)  # type: ignore[assignment, attr-defined]
+    client = redis_client_for(cp)
+    try:
+        items, trips = _track(cp, monkeypatch)
+        # The sequence, by single calls into "single": list channels growing by appends (so
+        # append-deltas), values with NUL and arbitrary bytes, two namespaces, and writes that
+        # are kept (idx >= 0, HSETNX) and replaced (idx < 0).
+        configs: dict[str, Any] = {}
+        versions: dict[str, dict[str, Any]] = {"": {}, "sub:1": {}}
+        log: dict[str, list[Any]] = {"": [], "sub:1": []}
+        for step in range(8):
+            ns = "sub:1" if step % 3 == 2 else ""
+            log[ns] = [*log[ns], f"item\0{step}", bytes([0, 255, step])]
+            vs = versions[ns]
+            changed = ["log", "n"] if step % 2 == 0 else ["log"]
+            for ch in changed:
+                vs[ch] = cp.get_next_version(vs.get(ch))
+            ckpt = empty_checkpoint()
+            ckpt["channel_values"] = {"log": list(log[ns]), "n": step}
+            ckpt["channel_versions"] = dict(vs)
+            parent = configs.get(ns) or cfg("single", checkpoint_ns=ns)
+            config = cp.put(parent, ckpt, {"source": "loop", "step": step, "run_id": "run-1"},
+                            {ch: vs[ch] for ch in changed})
+            configs[ns] = config
+            cp.put_writes(config, [("a", step), ("b", b"\0raw\xff")], "task-1")
+            cp.put_writes(config, [("a", "not kept")], "task-1")  # idx 0 is there: kept
+            cp.put_writes(config, [("__error__", f"first {step}")], "task-2")
+            cp.put_writes(config, [("__error__", f"second {step}")], "task-2")  # idx -1: replaced
+        n_ckpts = sum(isinstance(i, tuple) for i in items)
+        assert n_ckpts == 8 and len(items) == 8 * 5
+        deltas = [b for i in items if isinstance(i, tuple) for b in i[1] if b.base_version]
+        assert len(deltas) >= 4
+        single_trips = [t for t in trips if not t.startswith("ZADD")]
+        assert len(single_trips) == len(items)  # one script call per item
+
+        # The same items for "batched", in two batches: the second's deltas have their bases
+        # stored already, the first's in the batch itself.
+        batched = [_as_thread(i, "batched") for i in items]
+        half = 4 * 5 + 1  # cut after a checkpoint, before its writes
+        trips.clear()
+        assert cp._sync(cp.store.write_batch(batched[:half])) == [set()] * 5
+        # One script call, plus the index entries of a thread and a run seen the first time.
+        assert sorted(trips) == ["BATCH", "ZADD runs", "ZADD threads"]
+        trips.clear()
+        assert cp._sync(cp.store.write_batch(batched[half:])) == [set()] * 3
+        assert trips == ["BATCH"]  # 3 checkpoints + 19 write lists: one round trip
+
+        # Byte for byte the same keys (gen too: one write per item, as the single calls)...
+        single, batch = (_thread_contents(client, cp, t) for t in ("single", "batched"))
+        assert single == batch and int(batch["gen"]) == len(items)
+        assert len(batch["cp"]) == 8 and len(batch["wr"]) == 8 * 3
+        assert client.zscore(f"{cp.test_prefix}:threads", "batched") is not None  # type: ignore[attr-defined]
+        assert client.zscore(f"{cp.test_prefix}:runs", "run-1\0batched") is not None  # type: ignore[attr-defined]
+        # ...and read back the same, by a process with nothing cached.
+
+        def view(thread: str, ns: str) -> list[Any]:
+            return [(t.checkpoint, t.metadata, t.parent_config and
+                     t.parent_config["configurable"]["checkpoint_id"], t.pending_writes)
+                    for t in reader.list(cfg(thread, checkpoint_ns=ns))]
+
+        for ns in ("", "sub:1"):
+            assert view("batched", ns) == view("single", ns) and view("batched", ns)
+            one = reader.get_tuple(cfg("batched", checkpoint_ns=ns))
+            assert one is not None
+            assert one.checkpoint["channel_values"]["log"] == log[ns]
+            assert sorted(one.pending_writes or ()) == sorted([
+                ("task-1", "a", 7 if ns == "" else 5), ("task-1", "b", b"\0raw\xff"),
+                ("task-2", "__error__", f"second {7 if ns == '' else 5}"),
+            ])
+    finally:
+        cp.close()
+        reader.close()
+        client.close()
+        cleanup(kind, cp)
+
+
+def _blob(store: Any, value: Any, ch: str, ver: str, base: str | None = None,
+          whole: Any = None) -> Any:
+    from langgraph_ckpt_ext.core import codec
+    from langgraph_ckpt_ext.core.rows import BlobRow
+    from langgraph_ckpt_ext.core.saver import strict_serde
+
+    serde = strict_serde()
+    type_, data = codec.dumps(serde, value, ch)
+    if base is None:
+        return BlobRow(ch, ver, type_, data)
+    return BlobRow(ch, ver, type_, data, base, full=lambda: codec.dumps(serde, whole, ch))
+
+
+def _row(thread: str, cid: str, parent: str | None, versions: dict[str, str]) -> Any:
+    from langgraph_ckpt_ext.core.rows import CheckpointRow
+
+    return CheckpointRow(thread, "", cid, parent, None, ("bytes", b"\0head"), ("bytes", b"md\0"),
+                         versions)
+
+
+@pytest.mark.parametrize("kind", ["redis", "redis-cluster"])
+def test_write_batch_falls_back_only_where_a_base_is_gone(kind: str, tmp_path: Path) -> None:
+    from langgraph_ckpt_ext.core.rows import WriteRow
+
+    from .conftest import cleanup, redis_client_for
+
+    cp: RedisCheckpointer = make_saver(kind, tmp_path)  # type: ignore[assignment]
+    client = redis_client_for(cp)
+    store = cp.store
+    try:
+        items: list[Any] = [
+            (_row("t", "c1", None, {"log": "v1"}), [_blob(store, [1], "log", "v1")]),
+            [WriteRow("t", "", "c1", "task", 0, "a", "bytes", b"w\0")],
+            # Base written by the item before: stays a delta.
+            (_row("t", "c2", "c1", {"log": "v2"}),
+             [_blob(store, [2], "log", "v2", "v1", [1, 2])]),
+            # Base never written: stored whole, the batch's other items as they are.
+            (_row("t", "c3", "c2", {"log": "v2", "other": "o2"}),
+             [_blob(store, ["b"], "other", "o2", "o1", ["a", "b"])]),
+            [],
+        ]
+        assert cp._sync(store.write_batch(items)) == [set(), set(), {"other"}]
+        got = cp._sync(store.read_blobs("t", "", [("log", "v2"), ("other", "o2")]))
+        assert got[("log", "v2")].base_version == "v1" and ("log", "v1") in got
+        assert got[("other", "o2")].base_version is None
+        assert cp.serde.loads_typed((got[("other", "o2")].type, got[("other", "o2")].data)) == [
+            "a", "b"]
+        assert cp._sync(store.read_checkpoint("t", "", None)) == items[3][0]
+        # The refused first call wrote nothing: gen counts the four items once.
+        assert client.hget(store.keys("t")[6], "gen") == b"4"
+        assert [r.checkpoint_id for r in cp._sync(store.read_ancestors("t", "", "c3", 9))] == [
+            "c3", "c2", "c1"]
+    finally:
+        cp.close()
+        client.close()
+        cleanup(kind, cp)
+
+
+def test_write_batch_refuses_mixed_threads(make: Any, client: redis.Redis) -> None:
+    from langgraph_ckpt_ext.core.rows import WriteRow
+
+    cp = make()
+    store = cp.store
+    one = (_row("x", "c1", None, {"log": "v1"}), [_blob(store, [1], "log", "v1")])
+    other = (_row("y", "c1", None, {"log": "v1"}), [_blob(store, [1], "log", "v1")])
+    w = WriteRow("y", "", "c1", "task", 0, "a", "bytes", b"")
+    mixed = [WriteRow("x", "", "c1", "task", 1, "a", "bytes", b""), w]
+    for items in ([one, other], [one, [w]], [[w], one], [mixed], [one, [], mixed]):
+        with pytest.raises(ValueError, match="one thread"):
+            cp._sync(store.write_batch(items))
+    assert existing(client, cp, "x") == [] and existing(client, cp, "y") == []
+    assert cp._sync(store.write_batch([])) == []
+
+
+def test_write_batch_sets_one_ttl_on_every_key(make: Any, client: redis.Redis) -> None:
+    from langgraph_ckpt_ext.core.rows import WriteRow
+
+    cp = make(ttl=30)
+    store = cp.store
+    items: list[Any] = [
+        (_row("t", "c1", None, {"log": "v1"}), [_blob(store, [1], "log", "v1")]),
+        [WriteRow("t", "", "c1", "task", 0, "a", "bytes", b"")],
+        (_row("t", "c2", "c1", {"log": "v2"}), [_blob(store, [2], "log", "v2", "v1", [1, 2])]),
+    ]
+    cp._sync(store.write_batch(items))
+    keys = existing(client, cp, "t")
+    assert len(keys) == 7  # all but the migration log, which nothing wrote
+    deadlines = {client.execute_command("PEXPIRETIME", k) for k in keys}
+    assert len(deadlines) == 1
+    assert 0 < deadlines.pop() - time.time() * 1000 <= 30_000

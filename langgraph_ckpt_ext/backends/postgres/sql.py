@@ -86,6 +86,7 @@ SELECT (SELECT count(*) FROM full_blobs), (SELECT array_agg(channel) FROM deltas
        (SELECT count(*) FROM ckpt)"""
 
 _WRITE_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path"
+_WRITE_TYPES = ("text", "text", "text", "text", "int", "text", "text", "bytea", "text")
 INSERT_WRITES_KEEP = f"""
 INSERT INTO lgx_writes ({_WRITE_COLS})
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[],
@@ -96,6 +97,62 @@ INSERT_WRITES_REPLACE = INSERT_WRITES_KEEP.replace(
     "DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, data = EXCLUDED.data, "
     "task_path = EXCLUDED.task_path",
 )
+
+def _unnest(first: int, *types: str) -> str:
+    """`unnest($first::t1[], $first+1::t2[], ...)`: one array parameter per column."""
+    return f"unnest({', '.join(f'${first + i}::{t}[]' for i, t in enumerate(types))})"
+
+
+_ONLY_IF_NONE_MISSING = "WHERE NOT EXISTS (SELECT 1 FROM missing)"
+
+# A whole `write_batch` in one statement: one round trip, one transaction (a statement is
+# atomic), whatever the number of checkpoints and writes. Each array holds a key once.
+# $1..$4: (thread, ns, channel, version) of the bases that append-deltas of the batch need
+# from storage (the bases written earlier in the batch are not among them). If one of them is
+# missing, the statement writes nothing and returns those keys: the caller then makes the
+# deltas on them whole values and runs it again. Otherwise: blob rows as given, deltas
+# included ($5..$11), checkpoint rows ($12..$20), writes kept if present ($21..$29) and writes
+# that replace ($30..$38). The lateral `LIMIT 1` probes keep each base lookup an index probe.
+WRITE_BATCH = f"""
+WITH missing AS (
+    SELECT k.tid, k.ns, k.ch, k.ver
+    FROM {_unnest(1, "text", "text", "text", "text")} AS k(tid, ns, ch, ver)
+    LEFT JOIN LATERAL (
+        SELECT true AS found FROM lgx_blobs
+        WHERE thread_id = k.tid AND checkpoint_ns = k.ns AND channel = k.ch AND version = k.ver
+        LIMIT 1
+    ) x ON true
+    WHERE x.found IS NULL
+), blobs AS (
+    INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
+    SELECT * FROM {_unnest(5, "text", "text", "text", "text", "text", "bytea", "text")}
+    {_ONLY_IF_NONE_MISSING}
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
+        type = EXCLUDED.type, data = EXCLUDED.data, base_version = EXCLUDED.base_version
+), checkpoints AS (
+    INSERT INTO lgx_checkpoints ({CHECKPOINT_COLS})
+    SELECT * FROM {_unnest(12, "text", "text", "text", "text", "text", "text", "bytea", "text",
+                           "bytea")}
+    {_ONLY_IF_NONE_MISSING}
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+        parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id,
+        type = EXCLUDED.type, checkpoint = EXCLUDED.checkpoint,
+        metadata_type = EXCLUDED.metadata_type, metadata = EXCLUDED.metadata
+), kept AS (
+    INSERT INTO lgx_writes ({_WRITE_COLS})
+    SELECT * FROM {_unnest(21, *_WRITE_TYPES)}
+    {_ONLY_IF_NONE_MISSING}
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+), replaced AS (
+    INSERT INTO lgx_writes ({_WRITE_COLS})
+    SELECT * FROM {_unnest(30, *_WRITE_TYPES)}
+    {_ONLY_IF_NONE_MISSING}
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+        channel = EXCLUDED.channel, type = EXCLUDED.type, data = EXCLUDED.data,
+        task_path = EXCLUDED.task_path
+)
+SELECT tid, ns, ch, ver FROM missing"""
+
 
 SELECT_CHECKPOINT = f"""
 SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
@@ -11,7 +11,7 @@ import asyncpg
 from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
 from ...core.perloop import PerLoop
 from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
-from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages, write_in_turn
+from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
 from . import sql
 from .migrations import LATEST, MIGRATIONS
 
@@ -185,11 +185,33 @@ class PostgresStore:
         return {b.channel for b in missing}
 
     async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
-        return await write_in_turn(self, items)
+        """The whole batch in one statement (`WRITE_BATCH`): one round trip, atomic on its
+        own, so no BEGIN/COMMIT round trips. Only when a delta's base is missing from storage
+        does it take a second statement (that one writes nothing), the delta's value then
+        being written whole. Every row is an upsert, so a retry after a lost connection is
+        harmless."""
+        batch = list(items)
+        if not batch:
+            return []
+
+        async def op(conn: asyncpg.Connection) -> list[set[str]]:
+            gone: set[_BlobKey] = set()
+            while True:
+                fell_back, params = _batch_params(batch, gone)
+                missing = await conn.fetch(sql.WRITE_BATCH, *params)
+                if not missing:
+                    return fell_back
+                # Bases gone from storage (pruned, or by another process): each attempt makes
+                # at least one more delta whole, so this ends.
+                gone.update((r[0], r[1], r[2], r[3]) for r in missing)
+
+        return await self._run(op, tx=False)
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
-        keep = [r for r in rows if r.idx >= 0]
-        replace = [r for r in rows if r.idx < 0]
+        kept: dict[_WriteKey, WriteRow] = {}
+        replacing: dict[_WriteKey, WriteRow] = {}
+        _add_writes(rows, kept, replacing)
+        keep, replace = list(kept.values()), list(replacing.values())
 
         async def op(conn: asyncpg.Connection) -> None:
             if keep:
@@ -374,12 +396,92 @@ class PostgresStore:
         await self._pools.close()
 
 
+_BlobKey = tuple[str, str, str, str]  # thread_id, checkpoint_ns, channel, version
+_WriteKey = tuple[str, str, str, str, int]  # thread_id, checkpoint_ns, checkpoint_id, task_id, idx
+
+
+def _batch_params(
+    items: Sequence[BatchItem], gone: Collection[_BlobKey]
+) -> tuple[list[set[str]], list[Any]]:
+    """What `write_batch` stores, as the parameters of `WRITE_BATCH`, and per checkpoint item
+    the channels whose delta is written whole: the items in order, as the single-item methods
+    would leave them, reduced to one row per key (the last written, or for a write kept if
+    present, the first).
+
+    A delta whose base an earlier item writes lands; one whose base is in `gone` (found
+    missing) is written whole; any other needs its base in storage, which the statement checks.
+    """
+    fell_back: list[set[str]] = []
+    written: set[_BlobKey] = set()
+    needed: dict[_BlobKey, None] = {}
+    blobs: dict[_BlobKey, BlobRow] = {}
+    checkpoints: dict[tuple[str, str, str], CheckpointRow] = {}
+    keep: dict[_WriteKey, WriteRow] = {}
+    replace: dict[_WriteKey, WriteRow] = {}
+    for item in items:
+        if not isinstance(item, tuple):
+            _add_writes(item, keep, replace)
+            continue
+        row, item_blobs = item
+        tid, ns = row.thread_id, row.checkpoint_ns
+        whole: set[str] = set()
+        # Deltas before whole values, the order `write_checkpoint` stores them in: a delta's
+        # base is never another blob of its own item.
+        for b in sorted(item_blobs, key=lambda b: b.base_version is None):
+            if b.base_version is not None:
+                base = (tid, ns, b.channel, b.base_version)
+                if base in gone and base not in written:
+                    assert b.full is not None
+                    b = BlobRow(b.channel, b.version, *b.full())
+                    whole.add(b.channel)
+                elif base not in written:
+                    needed[base] = None
+            blobs[(tid, ns, b.channel, b.version)] = b
+        written.update((tid, ns, b.channel, b.version) for b in item_blobs)
+        checkpoints[(tid, ns, row.checkpoint_id)] = row
+        fell_back.append(whole)
+    params = [
+        *_columns(needed, 4),
+        *_columns([(*k, b.type, b.data, b.base_version) for k, b in blobs.items()], 7),
+        *_columns([(r.thread_id, r.checkpoint_ns, r.checkpoint_id, r.parent_checkpoint_id,
+                    r.run_id, *r.checkpoint, *r.metadata) for r in checkpoints.values()], 9),
+        *_columns([_write_values(w) for w in keep.values()], 9),
+        *_columns([_write_values(w) for w in replace.values()], 9),
+    ]
+    return fell_back, params
+
+
+def _add_writes(
+    rows: Iterable[WriteRow], keep: dict[_WriteKey, WriteRow], replace: dict[_WriteKey, WriteRow]
+) -> None:
+    """Sort writes, in order, into those kept if present (idx >= 0; of one key, the first
+    given wins) and those that replace (idx < 0; the last given wins): one row per key, as one
+    statement can upsert a key only once. The two never share a key (the sign of idx)."""
+    for w in rows:
+        key = (w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx)
+        if w.idx >= 0:
+            keep.setdefault(key, w)
+        else:
+            replace[key] = w
+
+
+def _columns(rows: Iterable[Sequence[Any]], width: int) -> list[list[Any]]:
+    """Rows as `width` column lists (`unnest`'s arrays), empty ones included."""
+    cols: list[list[Any]] = [[] for _ in range(width)]
+    for r in rows:
+        for col, value in zip(cols, r, strict=True):
+            col.append(value)
+    return cols
+
+
+def _write_values(r: WriteRow) -> tuple[Any, ...]:
+    return (r.thread_id, r.checkpoint_ns, r.checkpoint_id, r.task_id, r.idx,
+            r.channel, r.type, r.data, r.task_path)
+
+
 def _write_columns(rows: Sequence[WriteRow]) -> list[list[Any]]:
     """Write rows as the column arrays `INSERT_WRITES_*` unnest."""
-    return [list(col) for col in zip(*(
-        (r.thread_id, r.checkpoint_ns, r.checkpoint_id, r.task_id, r.idx,
-         r.channel, r.type, r.data, r.task_path) for r in rows
-    ), strict=True)]
+    return _columns(map(_write_values, rows), 9)
 
 
 async def _blobs(

@@ -103,6 +103,55 @@ local function index_row(ns, cid)
   redis.call('ZADD', KEYS[1], 0, ns .. '\0' .. cid)
   redis.call('ZADD', KEYS[2], 0, cid .. '\0' .. ns)
 end
+
+-- A checkpoint's blobs, checked but not written: `heads` holds `channel \0 version \0 base|'' \0`
+-- per blob, whose values are ARGV[first], ARGV[first + 1], ... Returns the channels whose
+-- append-delta base is neither stored nor in `made` (fields written earlier in the same call;
+-- nil: none), the HSET arguments {field, value, ...} and the index of the next argument.
+local function plan_blobs(ns, heads, first, made)
+  local missing, sets, i = {}, {}, first
+  for ch, ver, base in string.gmatch(heads, '([^%z]*)%z([^%z]*)%z([^%z]*)%z') do
+    if base ~= '' then
+      local f = ns .. '\0' .. ch .. '\0' .. base
+      -- HEXISTS, not HMGET: a base can be a whole list, which need not be copied into Lua.
+      if not (made and made[f]) and redis.call('HEXISTS', KEYS[4], f) == 0 then
+        missing[#missing + 1] = ch
+      end
+    end
+    sets[#sets + 1] = ns .. '\0' .. ch .. '\0' .. ver
+    sets[#sets + 1] = ARGV[i]
+    i = i + 1
+  end
+  return missing, sets, i
+end
+
+-- Store a checkpoint row and its blobs (`sets`, from plan_blobs).
+local function put_checkpoint(ns, cid, row, sets)
+  if #sets > 0 then redis.call('HSET', KEYS[4], unpack(sets)) end
+  redis.call('HSET', KEYS[3], ns .. '\0' .. cid, row)
+  index_row(ns, cid)
+end
+
+-- Store pending writes packed as records
+-- `replace '1'|'0' \0 field length \0 field \0 value length \0 value`.
+local function put_writes(packed)
+  local p = 1
+  while p <= #packed do
+    local a = string.find(packed, '\0', p, true)
+    local fl = tonumber(string.sub(packed, p + 1, a - 1))
+    local field = string.sub(packed, a + 1, a + fl)
+    local b = string.find(packed, '\0', a + fl + 1, true)
+    local vl = tonumber(string.sub(packed, a + fl + 1, b - 1))
+    local value = string.sub(packed, b + 1, b + vl)
+    if string.sub(packed, p, p) == '1' then
+      redis.call('HSET', KEYS[5], field, value)
+    else
+      redis.call('HSETNX', KEYS[5], field, value)
+    end
+    redis.call('ZADD', KEYS[6], 0, field)
+    p = b + vl + 1
+  end
+end
 """
 
 # ARGV: ttl_ms|'', ns, cid, row, heads, then one value per blob; heads is one string of
@@ -111,20 +160,9 @@ end
 # then), or {}.
 PUT = _PRELUDE + r"""
 local ttl, ns, cid, row = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local missing, sets, i = {}, {}, 6
-for ch, ver, base in string.gmatch(ARGV[5], '([^%z]*)%z([^%z]*)%z([^%z]*)%z') do
-  -- HEXISTS, not HMGET: a base can be a whole list, which need not be copied into Lua.
-  if base ~= '' and redis.call('HEXISTS', KEYS[4], ns .. '\0' .. ch .. '\0' .. base) == 0 then
-    missing[#missing + 1] = ch
-  end
-  sets[#sets + 1] = ns .. '\0' .. ch .. '\0' .. ver
-  sets[#sets + 1] = ARGV[i]
-  i = i + 1
-end
+local missing, sets = plan_blobs(ns, ARGV[5], 6, nil)
 if #missing > 0 then return missing end
-if #sets > 0 then redis.call('HSET', KEYS[4], unpack(sets)) end
-redis.call('HSET', KEYS[3], ns .. '\0' .. cid, row)
-index_row(ns, cid)
+put_checkpoint(ns, cid, row, sets)
 redis.call('HINCRBY', KEYS[7], 'gen', 1)
 expire_all(ttl)
 return {}
@@ -133,25 +171,42 @@ return {}
 # ARGV: ttl_ms|'', writes: one string of records
 # `replace '1'|'0' \0 field length \0 field \0 value length \0 value`.
 PUT_WRITES = _PRELUDE + r"""
-local packed, p = ARGV[2], 1
-while p <= #packed do
-  local a = string.find(packed, '\0', p, true)
-  local fl = tonumber(string.sub(packed, p + 1, a - 1))
-  local field = string.sub(packed, a + 1, a + fl)
-  local b = string.find(packed, '\0', a + fl + 1, true)
-  local vl = tonumber(string.sub(packed, a + fl + 1, b - 1))
-  local value = string.sub(packed, b + 1, b + vl)
-  if string.sub(packed, p, p) == '1' then
-    redis.call('HSET', KEYS[5], field, value)
-  else
-    redis.call('HSETNX', KEYS[5], field, value)
-  end
-  redis.call('ZADD', KEYS[6], 0, field)
-  p = b + vl + 1
-end
+put_writes(ARGV[2])
 redis.call('HINCRBY', KEYS[7], 'gen', 1)
 expire_all(ARGV[1])
 return 1
+"""
+
+# Several PUTs and PUT_WRITES of one thread, in order, as one: ARGV: ttl_ms|'', kinds (one
+# character per item: 'c' a checkpoint, 'w' writes), then each item's arguments: a checkpoint's
+# ns, cid, row, heads and one value per blob (as PUT), or one string of write records (as
+# PUT_WRITES). An append-delta's base may be a blob of an earlier item. If some base is gone,
+# nothing is written and the result is {item, channel, ...} (item: its 0-based position);
+# else every item is stored, `gen` counts one write per item, and the result is {}.
+BATCH = _PRELUDE + r"""
+local kinds = ARGV[2]
+local plans, missing, made, a = {}, {}, {}, 3
+for k = 1, #kinds do
+  if string.sub(kinds, k, k) == 'c' then
+    local ns = ARGV[a]
+    local gone, sets, after = plan_blobs(ns, ARGV[a + 3], a + 4, made)
+    for _, ch in ipairs(gone) do missing[#missing + 1] = k - 1; missing[#missing + 1] = ch end
+    for j = 1, #sets, 2 do made[sets[j]] = true end
+    plans[k] = {ns, ARGV[a + 1], ARGV[a + 2], sets}
+    a = after
+  else
+    plans[k] = ARGV[a]
+    a = a + 1
+  end
+end
+if #missing > 0 then return missing end
+for k = 1, #kinds do
+  local p = plans[k]
+  if type(p) == 'table' then put_checkpoint(p[1], p[2], p[3], p[4]) else put_writes(p) end
+end
+redis.call('HINCRBY', KEYS[7], 'gen', #kinds)
+expire_all(ARGV[1])
+return {}
 """
 
 # ARGV: ns, cid|'', then (channel, version) pairs the caller holds (not read). Returns false,

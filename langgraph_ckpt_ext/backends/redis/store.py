@@ -23,7 +23,7 @@ from ...core.codec import writes_order
 from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
 from ...core.perloop import PerLoop
 from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
-from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages, write_in_turn
+from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
 from . import scripts
 from .layout import LAYOUT_VERSION, check_parts, thread_keys
 
@@ -57,7 +57,7 @@ class _Script:
 
 
 _S = {name: _Script(getattr(scripts, name)) for name in (
-    "PUT", "PUT_WRITES", "GET_TUPLE", "GET_ROW", "GET_BLOBS", "GET_WRITES", "GET_ANCESTORS",
+    "PUT", "PUT_WRITES", "BATCH", "GET_TUPLE", "GET_ROW", "GET_BLOBS", "GET_WRITES", "GET_ANCESTORS",
     "PAGE", "FIND_RUNS", "SNAPSHOT", "DELETE_CHECKPOINTS", "DUMP", "LOAD", "DELETE_THREAD",
     "PIN", "TOUCH", "DEADLINE", "EXISTING", "REWRITE", "MIGRATIONS",
 )}
@@ -98,6 +98,34 @@ def _blobs(flat: Sequence[bytes]) -> dict[tuple[str, str], BlobRow]:
         base, type_, data = flat[i + 2].split(b"\0", 2)
         out[(ch, ver)] = BlobRow(ch, ver, _s(type_), data, _s(base) or None)
     return out
+
+
+def _pack_blobs(blobs: Sequence[BlobRow]) -> list[bytes]:
+    """PUT's blob arguments: the heads (`channel \\0 version \\0 base \\0` per blob), then one
+    value (`base \\0 type \\0 data`) per blob."""
+    heads = _b("".join(f"{b.channel}\0{b.version}\0{b.base_version or ''}\0" for b in blobs))
+    return [heads, *(_b(f"{b.base_version or ''}\0{b.type}\0") + b.data for b in blobs)]
+
+
+def _whole(blobs: Sequence[BlobRow], channels: Collection[str]) -> list[BlobRow]:
+    """`blobs` with the append-deltas of `channels` replaced by their whole values."""
+    return [
+        BlobRow(b.channel, b.version, *b.full()) if b.channel in channels and b.full else b
+        for b in blobs
+    ]
+
+
+def _pack_writes(rows: Sequence[WriteRow]) -> bytes:
+    """PUT_WRITES' records: `replace \\0 len \\0 field \\0 len \\0 value` (lengths in bytes, so
+    that the values may hold any byte)."""
+    records = []
+    for r in rows:
+        field = _write_field(r)
+        value = ormsgpack.packb([r.channel, r.type, r.data, r.task_path])
+        records.append(b"%s%d\0%s%d\0%s" % (
+            b"1" if r.idx < 0 else b"0", len(field), field, len(value), value
+        ))
+    return b"".join(records)
 
 
 def _write_field(w: WriteRow) -> bytes:
@@ -262,8 +290,9 @@ class RedisStore:
             if self._remember(f"r\0{run}\0{thread_id}") or force:
                 await self._command("ZADD", self._runs_key, 0, f"{run}\0{thread_id}")
 
-    async def _after_write(self) -> None:
-        self._writes_since_sweep += 1
+    async def _after_write(self, n: int = 1) -> None:
+        """Count `n` writes; every `_SWEEP_EVERY` writes, a step of the index sweep."""
+        self._writes_since_sweep += n
         if self._writes_since_sweep >= _SWEEP_EVERY:
             self._writes_since_sweep = 0
             await self.sweep(100)
@@ -326,10 +355,8 @@ class RedisStore:
         keys = self.keys(tid)
         fell_back: set[str] = set()
         while True:
-            heads = _b("".join(f"{b.channel}\0{b.version}\0{b.base_version or ''}\0" for b in blobs))
-            values = [_b(f"{b.base_version or ''}\0{b.type}\0") + b.data for b in blobs]
             missing = await self._call(
-                "PUT", keys, [self._ttl_arg, ns, row.checkpoint_id, packed, heads, *values]
+                "PUT", keys, [self._ttl_arg, ns, row.checkpoint_id, packed, *_pack_blobs(blobs)]
             )
             if not missing:
                 break
@@ -339,15 +366,72 @@ class RedisStore:
             if gone & fell_back:
                 raise AssertionError(f"full values still refused for {sorted(gone)}")
             fell_back |= gone
-            blobs = [
-                BlobRow(b.channel, b.version, *b.full()) if b.channel in gone and b.full else b
-                for b in blobs
-            ]
+            blobs = _whole(blobs, gone)
         await self._after_write()
         return fell_back
 
     async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
-        return await write_in_turn(self, items)
+        """All of `items` in one BATCH script call. A batch holds one thread's items, all in
+        one hash slot: the script applies them in order, or, if some append-delta's base is
+        gone, none, naming those; they are then re-sent whole, as `write_checkpoint` does.
+        The thread and run index entries as the single calls make them."""
+        tid: str | None = None
+        runs: dict[str, None] = {}
+        # One entry per item the script gets: a checkpoint (row, packed row, blobs, result) or
+        # packed writes (an empty list of writes is no item).
+        entries: list[tuple[CheckpointRow, bytes, list[BlobRow], set[str]] | bytes] = []
+        out: list[set[str]] = []
+        for item in items:
+            if isinstance(item, tuple):
+                row, blobs = item
+                tids = [row.thread_id]
+                check_parts(row.checkpoint_ns, row.checkpoint_id, *(
+                    p for b in blobs for p in (b.channel, b.version, b.base_version or "")
+                ))
+                if row.run_id:
+                    runs[row.run_id] = None
+                out.append(set())
+                entries.append((row, _pack_row(row), list(blobs), out[-1]))
+            else:
+                tids = [w.thread_id for w in item]
+                check_parts(*(p for w in item for p in (w.checkpoint_ns, w.checkpoint_id, w.task_id)))
+                if item:
+                    entries.append(_pack_writes(item))
+            for t in tids:
+                if tid is None:
+                    tid = t
+                elif t != tid:
+                    raise ValueError(f"write_batch takes one thread's items, not {tid!r} and {t!r}")
+        if tid is None:
+            return out  # nothing to store
+        await self._index(tid, runs)
+        keys = self.keys(tid)
+        kinds = "".join("w" if isinstance(e, bytes) else "c" for e in entries)
+        while True:
+            args: list[Any] = [self._ttl_arg, kinds]
+            for e in entries:
+                if isinstance(e, bytes):
+                    args.append(e)
+                else:
+                    row, packed, blobs, _ = e
+                    args += [row.checkpoint_ns, row.checkpoint_id, packed, *_pack_blobs(blobs)]
+            missing = await self._call("BATCH", keys, args)
+            if not missing:
+                break
+            # Nothing was written: store the deltas whose base is gone whole, and try again.
+            gone: dict[int, set[str]] = {}
+            for i in range(0, len(missing), 2):
+                gone.setdefault(int(missing[i]), set()).add(_s(missing[i + 1]))
+            for pos, channels in gone.items():
+                e = entries[pos]
+                assert not isinstance(e, bytes)
+                row, packed, blobs, fell_back = e
+                if channels & fell_back:
+                    raise AssertionError(f"full values still refused for {sorted(channels)}")
+                fell_back |= channels
+                entries[pos] = (row, packed, _whole(blobs, channels), fell_back)
+        await self._after_write(len(entries))
+        return out
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
         by_thread: dict[str, list[WriteRow]] = {}
@@ -356,14 +440,7 @@ class RedisStore:
             by_thread.setdefault(r.thread_id, []).append(r)
         for tid, group in by_thread.items():
             await self._index(tid, ())
-            records = []
-            for r in group:
-                field = _write_field(r)
-                value = ormsgpack.packb([r.channel, r.type, r.data, r.task_path])
-                records.append(b"%s%d\0%s%d\0%s" % (
-                    b"1" if r.idx < 0 else b"0", len(field), field, len(value), value
-                ))
-            await self._call("PUT_WRITES", self.keys(tid), [self._ttl_arg, b"".join(records)])
+            await self._call("PUT_WRITES", self.keys(tid), [self._ttl_arg, _pack_writes(group)])
         await self._after_write()
 
     async def rewrite_checkpoint(

@@ -11,7 +11,7 @@ import aiosqlite
 
 from ...core.errors import check_storage_version
 from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
-from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages, write_in_turn
+from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
 from . import sql
 from .migrations import LATEST, MIGRATIONS
 from .worker import Db, GroupCommit
@@ -99,6 +99,34 @@ def _put_blobs(conn: sqlite3.Connection, tid: str, ns: str, blobs: Sequence[Blob
     return fell_back
 
 
+def _put_checkpoint(conn: sqlite3.Connection, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
+    """`write_checkpoint` on the writer's thread: the blobs, then the row. Returns the channels
+    whose append-delta fell back to a whole value."""
+    fell_back = _put_blobs(conn, row.thread_id, row.checkpoint_ns, blobs)
+    conn.execute(
+        sql.UPSERT_CHECKPOINT,
+        (row.thread_id, row.checkpoint_ns, row.checkpoint_id, row.parent_checkpoint_id,
+         row.run_id, *row.checkpoint, *row.metadata),
+    )
+    return fell_back
+
+
+def _put_writes(conn: sqlite3.Connection, rows: Sequence[WriteRow]) -> None:
+    """`write_writes` on the writer's thread: idx >= 0 keeps an existing row, idx < 0 replaces
+    it (the two never share a key, so their order does not matter)."""
+    keep = [_write_params(r) for r in rows if r.idx >= 0]
+    replace = [_write_params(r) for r in rows if r.idx < 0]
+    if keep:
+        conn.executemany(sql.INSERT_WRITE_KEEP, keep)
+    if replace:
+        conn.executemany(sql.INSERT_WRITE_REPLACE, replace)
+
+
+def _write_params(r: WriteRow) -> tuple[Any, ...]:
+    return (r.thread_id, r.checkpoint_ns, r.checkpoint_id, r.task_id, r.idx,
+            r.channel, r.type, r.data, r.task_path)
+
+
 class SQLiteStore:
     """Rows in SQLite. Writes go through one connection and commit in groups (`BEGIN
     IMMEDIATE`, so processes sharing the file queue on the busy timeout); reads of a file
@@ -121,35 +149,32 @@ class SQLiteStore:
     # -- writing ----------------------------------------------------------------------------
 
     async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
-        def op(conn: sqlite3.Connection) -> set[str]:
-            fell_back = _put_blobs(conn, row.thread_id, row.checkpoint_ns, blobs)
-            conn.execute(
-                sql.UPSERT_CHECKPOINT,
-                (row.thread_id, row.checkpoint_ns, row.checkpoint_id, row.parent_checkpoint_id,
-                 row.run_id, *row.checkpoint, *row.metadata),
-            )
-            return fell_back
+        return await self._commits.submit(  # type: ignore[no-any-return]
+            lambda conn: _put_checkpoint(conn, row, blobs)
+        )
+
+    async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
+        """The items in order, as one operation of the group commit: one job on the writer's
+        thread, in one SAVEPOINT of one transaction (all of the batch or none of it). Each
+        item runs the very statements of its single-item method, so a delta sees the rows of
+        earlier items (its base may be one of them)."""
+        batch = list(items)
+        if not batch:
+            return []
+
+        def op(conn: sqlite3.Connection) -> list[set[str]]:
+            out: list[set[str]] = []
+            for item in batch:
+                if isinstance(item, tuple):
+                    out.append(_put_checkpoint(conn, *item))
+                else:
+                    _put_writes(conn, item)
+            return out
 
         return await self._commits.submit(op)  # type: ignore[no-any-return]
 
-    async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
-        return await write_in_turn(self, items)
-
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
-        def params(r: WriteRow) -> tuple[Any, ...]:
-            return (r.thread_id, r.checkpoint_ns, r.checkpoint_id, r.task_id, r.idx,
-                    r.channel, r.type, r.data, r.task_path)
-
-        keep = [params(r) for r in rows if r.idx >= 0]
-        replace = [params(r) for r in rows if r.idx < 0]
-
-        def op(conn: sqlite3.Connection) -> None:
-            if keep:
-                conn.executemany(sql.INSERT_WRITE_KEEP, keep)
-            if replace:
-                conn.executemany(sql.INSERT_WRITE_REPLACE, replace)
-
-        await self._commits.submit(op)
+        await self._commits.submit(lambda conn: _put_writes(conn, rows))
 
     async def delete_thread(self, thread_id: str) -> None:
         def op(conn: sqlite3.Connection) -> None:
