@@ -18,7 +18,7 @@ import math
 import threading
 import time
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +32,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
+    copy_checkpoint,
     get_serializable_checkpoint_metadata,
 )
 
@@ -216,6 +217,13 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         self.side_effect_tools = None if side_effect_tools is None else frozenset(
             side_effect_tools)
         self._threads: dict[str, _Thread] = {}
+        # LangGraph may pass a step's writes before the checkpoint they belong to (both go out
+        # from background tasks). `_seen`: checkpoints queued here; `_orphans`: writes flushed
+        # before their checkpoint came (read back with it); `_urgent`: checkpoints whose writes
+        # were an event (an interrupt): written the moment they come.
+        self._seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        self._orphans: OrderedDict[tuple[str, str, str], list[_Writes]] = OrderedDict()
+        self._urgent: set[tuple[str, str, str]] = set()
         self._lock = threading.RLock()
         self._metrics = Metrics()
         self._timer_wake = threading.Event()
@@ -256,14 +264,23 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                 self._metrics.saves_requested += 1
             else:
                 self._metrics.writes_requested += 1
+            key = (item.thread_id, item.ns, item.checkpoint_id)
+            urgent = False
+            if isinstance(item, _Put):
+                _remember(self._seen, key, None)
+                urgent = key in self._urgent
+                self._urgent.discard(key)
             puts = sum(isinstance(i, _Put) for i in st.items())
             due = (
-                policies.INTERRUPT in events  # a human is waiting on it: always at once
+                urgent
+                or policies.INTERRUPT in events  # a human is waiting on it: always at once
                 or self.policy.flush_on(events)
                 or puts > self.max_checkpoints
                 or st.bytes > self.max_bytes
                 or self._age_due(st, now)
             )
+            if due and isinstance(item, _Writes) and key not in self._seen:
+                self._urgent.add(key)
         if not due:
             self._arm_timer()
         return due
@@ -289,9 +306,12 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
         values = checkpoint.get("channel_values") or {}
         size = 256 + sum(_size(values.get(ch)) for ch in new_versions)
+        # Our own copies: the caller may change its objects after put returns (the values
+        # themselves LangGraph treats as immutable, as every saver does).
         item = _Put(
             thread_id, ns, str(checkpoint["id"]), checkpoint_id_of(config), config,
-            checkpoint, metadata, dict(new_versions), size, time.monotonic(),
+            copy_checkpoint(checkpoint), dict(metadata),  # type: ignore[arg-type]
+            dict(new_versions), size, time.monotonic(),
         )
         return item, make_config(thread_id, ns, str(checkpoint["id"]))
 
@@ -380,6 +400,12 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                 self._metrics.flush_failures += 1
                 self._metrics.last_error = error
                 return
+            for i in batch:
+                key = (i.thread_id, i.ns, i.checkpoint_id)
+                if isinstance(i, _Put):
+                    self._orphans.pop(key, None)
+                elif key not in self._seen:  # its checkpoint is still to come
+                    _remember(self._orphans, key, []).append(i)
             size = sum(i.size for i in batch)
             st.bytes = max(0, st.bytes - size)
             self._metrics.batches += 1
@@ -560,6 +586,9 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
             return [i for st in self._threads.values() for i in st.items()]
 
     def _tuple_of(self, put: _Put, items: list[_Item]) -> CheckpointTuple:
+        with self._lock:
+            early = self._orphans.get((put.thread_id, put.ns, put.checkpoint_id), [])
+        items = [*early, *items]
         return CheckpointTuple(
             config=make_config(put.thread_id, put.ns, put.checkpoint_id),
             checkpoint=put.checkpoint,
@@ -773,6 +802,17 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _remember(memo: OrderedDict[Any, Any], key: Any, value: Any, size: int = 8192) -> Any:
+    """memo[key] (set to `value` if missing), most recent last, at most `size` keys."""
+    if key in memo:
+        memo.move_to_end(key)
+        return memo[key]
+    memo[key] = value
+    while len(memo) > size:
+        memo.popitem(last=False)
+    return value
 
 
 def _op(item: _Item) -> tuple[Any, ...]:

@@ -425,8 +425,8 @@ def _batch_params(
         row, item_blobs = item
         tid, ns = row.thread_id, row.checkpoint_ns
         whole: set[str] = set()
-        # Deltas before whole values, the order `write_checkpoint` stores them in: a delta's
-        # base is never another blob of its own item.
+        # Deltas before whole values, as SQLite's `write_checkpoint` stores them: a delta finds
+        # its base among earlier items or in storage, never among its own item's blobs.
         for b in sorted(item_blobs, key=lambda b: b.base_version is None):
             if b.base_version is not None:
                 base = (tid, ns, b.channel, b.base_version)
