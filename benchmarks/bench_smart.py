@@ -68,6 +68,38 @@ class Counting:
         return call
 
 
+class LatencyProxy:
+    """A loopback TCP proxy that delays every chunk by `delay` seconds each way: a database
+    one network hop away (`--latency`), without leaving this machine."""
+
+    def __init__(self, host: str, port: int, delay: float) -> None:
+        self.target, self.delay = (host, port), delay
+        self.server: asyncio.base_events.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                await asyncio.sleep(self.delay)
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
 # (policy, SmartCheckpointer options); "events-ro": the same events, told that the agent's one
 # tool ("search") has no side effects, so its calls need not be saved before it runs.
 VARIANTS: dict[str, tuple[Any, dict[str, Any]]] = {
@@ -87,7 +119,7 @@ async def run_variant(
     if backend == "sqlite":
         inner: StoreCheckpointer = SQLiteCheckpointer(tmp / f"{uuid.uuid4().hex}.db")
     else:
-        inner = PostgresCheckpointer(args.dsn, schema=schema)
+        inner = PostgresCheckpointer(args.dsn, schema=schema, setup=False)
         await inner.asetup()
     counting = Counting(inner._store)
     inner._store = counting  # type: ignore[assignment]
@@ -138,12 +170,27 @@ async def run_variant(
 
 async def run(backend: str, args: argparse.Namespace) -> None:
     results: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
-    with tempfile.TemporaryDirectory() as d:
-        for _ in range(args.rounds):
-            for variant in VARIANTS:
-                results[variant].append(await run_variant(backend, variant, args, Path(d)))
-    print(f"\n[{backend}] {args.threads} threads x {args.turns} turns, best of {args.rounds} "
-          "interleaved rounds (store calls: mean)")
+    proxy = None
+    where = ""
+    if backend == "postgres" and args.latency > 0:
+        from urllib.parse import urlsplit, urlunsplit
+
+        url = urlsplit(args.dsn)
+        proxy = LatencyProxy(url.hostname or "127.0.0.1", url.port or 5432, args.latency / 1000)
+        port = await proxy.start()
+        netloc = f"{url.username}@127.0.0.1:{port}" if url.username else f"127.0.0.1:{port}"
+        args = argparse.Namespace(**{**vars(args), "dsn": urlunsplit(url._replace(netloc=netloc))})
+        where = f", through a proxy adding {args.latency} ms each way"
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            for _ in range(args.rounds):
+                for variant in VARIANTS:
+                    results[variant].append(await run_variant(backend, variant, args, Path(d)))
+    finally:
+        if proxy is not None:
+            await proxy.stop()
+    print(f"\n[{backend}{where}] {args.threads} threads x {args.turns} turns, best of "
+          f"{args.rounds} interleaved rounds (store calls: mean)")
     head = (f"{'variant':<9} {'writes/turn':>11} {'calls/turn':>10} "
             f"{'turns/s':>8} {'ckpt/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'ckpts':>6}")
     print(head)
@@ -174,6 +221,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=10)
     p.add_argument("--turns", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--latency", type=float, default=0.0,
+                   help="PostgreSQL only: ms added each way by a loopback proxy (a remote DB)")
     p.add_argument("--quick", action="store_true", help="4 threads x 8 turns, 2 rounds")
     args = p.parse_args()
     if args.quick:
