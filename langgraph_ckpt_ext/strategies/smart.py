@@ -677,8 +677,14 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
     ) -> Iterator[CheckpointTuple]:
         flt = validate_filter(filter)
         buffered, items = self._buffered_list(config, flt, before)
-        inner = self.inner.list(config, filter=filter, before=before, limit=limit)
-        yield from _merged(buffered, inner, items, limit, self._merge)
+        merge = _Merge(buffered, items, limit, self._merge)
+        if merge.full():
+            return
+        for tup in self.inner.list(config, filter=filter, before=before, limit=limit):
+            yield from merge.feed(tup)
+            if merge.full():
+                return
+        yield from merge.rest()
 
     async def alist(
         self,
@@ -690,30 +696,16 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
     ) -> AsyncIterator[CheckpointTuple]:
         flt = validate_filter(filter)
         buffered, items = self._buffered_list(config, flt, before)
-        if limit is not None and limit <= 0:
+        merge = _Merge(buffered, items, limit, self._merge)
+        if merge.full():
             return
-        seen = {_key(t) for t in buffered}
-        queue = deque(buffered)
-        n = 0
         async for tup in self.inner.alist(config, filter=filter, before=before, limit=limit):
-            while queue and _order(queue[0]) > _order(tup):
-                yield queue.popleft()
-                n += 1
-                if limit is not None and n >= limit:
-                    return
-            if _key(tup) in seen:
-                continue
-            merged = self._merge(tup, items)
-            assert merged is not None
-            yield merged
-            n += 1
-            if limit is not None and n >= limit:
+            for out in merge.feed(tup):
+                yield out
+            if merge.full():
                 return
-        while queue:
-            yield queue.popleft()
-            n += 1
-            if limit is not None and n >= limit:
-                return
+        for out in merge.rest():
+            yield out
 
     # -- everything else: written first, then the inner checkpointer --------------------------
 
@@ -847,32 +839,36 @@ def _key(tup: CheckpointTuple) -> tuple[str, str, str]:
     return _order(tup)
 
 
-def _merged(
-    buffered: list[CheckpointTuple],
-    inner: Iterator[CheckpointTuple],
-    items: list[_Item],
-    limit: int | None,
-    merge: Any,
-) -> Iterator[CheckpointTuple]:
-    if limit is not None and limit <= 0:
-        return
-    seen = {_key(t) for t in buffered}
-    queue = deque(buffered)
-    n = 0
-    for tup in inner:
-        while queue and _order(queue[0]) > _order(tup):
-            yield queue.popleft()
-            n += 1
-            if limit is not None and n >= limit:
-                return
-        if _key(tup) in seen:
-            continue
-        yield merge(tup, items)
-        n += 1
-        if limit is not None and n >= limit:
-            return
-    while queue:
-        yield queue.popleft()
-        n += 1
-        if limit is not None and n >= limit:
-            return
+class _Merge:
+    """Buffered tuples merged into the inner checkpointer's listing, newest first, without
+    repeats (a checkpoint being written can be in both), up to `limit`."""
+
+    def __init__(self, buffered: list[CheckpointTuple], items: list[_Item], limit: int | None,
+                 merge: Any) -> None:
+        self.queue = deque(buffered)
+        self.seen = {_key(t) for t in buffered}
+        self.items, self.left, self.merge = items, limit, merge
+
+    def full(self) -> bool:
+        return self.left is not None and self.left <= 0
+
+    def _take(self, tup: CheckpointTuple) -> list[CheckpointTuple]:
+        if self.full():
+            return []
+        if self.left is not None:
+            self.left -= 1
+        return [tup]
+
+    def feed(self, tup: CheckpointTuple) -> list[CheckpointTuple]:
+        out: list[CheckpointTuple] = []
+        while self.queue and _order(self.queue[0]) > _order(tup) and not self.full():
+            out += self._take(self.queue.popleft())
+        if _key(tup) not in self.seen:
+            out += self._take(self.merge(tup, self.items))
+        return out
+
+    def rest(self) -> list[CheckpointTuple]:
+        out: list[CheckpointTuple] = []
+        while self.queue and not self.full():
+            out += self._take(self.queue.popleft())
+        return out
