@@ -6,8 +6,9 @@ promises a transaction (SQLite, PostgreSQL)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ from langgraph_ckpt_ext.core.appendlog import AppendLog
 from langgraph_ckpt_ext.core.rows import BlobRow, CheckpointRow, ListQuery, Typed, WriteRow
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.core.store import BatchItem, Store
+
+from .conftest import cleanup, make_saver
 
 TRANSACTIONAL = ("sqlite", "sqlite-memory", "postgres")
 
@@ -318,9 +321,19 @@ async def _nothing_of(store: Store, thread: str) -> bool:
     )
 
 
-def test_failed_batch_leaves_nothing(saver: StoreCheckpointer, backend: str) -> None:
-    if backend not in TRANSACTIONAL:
-        pytest.skip(f"{backend}: write_batch is not one transaction")
+@pytest.fixture
+def only(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreCheckpointer]:
+    """The saver of the backend a test is parametrized with (`kind`)."""
+    kind = request.node.callspec.params["kind"]
+    cp = make_saver(kind, tmp_path)
+    yield cp
+    cp.close()
+    cleanup(kind, cp)
+
+
+@pytest.mark.parametrize("kind", sorted(TRANSACTIONAL))
+def test_failed_batch_leaves_nothing(only: StoreCheckpointer, kind: str) -> None:
+    saver = only
     store: Store = saver._store
     _run(saver, saver.asetup())
     with pytest.raises(RuntimeError, match="cannot encode"):
@@ -341,11 +354,11 @@ def test_failed_batch_leaves_nothing(saver: StoreCheckpointer, backend: str) -> 
     assert _values(saver, "good", "1ef00000-0000-6000-8000-000000000001") == ["a", "b"]
 
 
+@pytest.mark.parametrize("kind", ["postgres"])
 def test_postgres_batch_rejected_by_the_server_leaves_nothing(
-    saver: StoreCheckpointer, backend: str
+    only: StoreCheckpointer, kind: str
 ) -> None:
-    if backend != "postgres":
-        pytest.skip("PostgreSQL refuses NUL in text; this backend need not")
+    saver = only
     store: Store = saver._store
     _run(saver, saver.asetup())
     batch = _bad_batch(saver, "t")[:3]
@@ -356,13 +369,13 @@ def test_postgres_batch_rejected_by_the_server_leaves_nothing(
     assert _run(saver, _nothing_of(store, "t"))
 
 
+@pytest.mark.parametrize("kind", ["postgres"])
 def test_postgres_batch_is_one_statement(
-    saver: StoreCheckpointer, backend: str, monkeypatch: pytest.MonkeyPatch
+    only: StoreCheckpointer, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """N checkpoints with their writes: one statement (one round trip, no BEGIN/COMMIT);
     two when a delta's base is missing."""
-    if backend != "postgres":
-        pytest.skip("counts PostgreSQL statements")
+    saver = only
     import asyncpg
 
     store: Store = saver._store
