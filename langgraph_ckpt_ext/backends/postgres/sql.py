@@ -217,6 +217,33 @@ WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = ANY($3::text[])
 ORDER BY checkpoint_id, task_path, task_id, idx"""
 
 
+# One checkpoint (the latest of its namespace without $3) with its pending writes, in one
+# round trip: the writes as parallel arrays in `writes_sort_key` order.
+_TUPLE_WRITES = """
+LEFT JOIN LATERAL (
+    SELECT array_agg(w.task_id ORDER BY w.task_path, w.task_id, w.idx) AS w_task,
+           array_agg(w.idx ORDER BY w.task_path, w.task_id, w.idx) AS w_idx,
+           array_agg(w.channel ORDER BY w.task_path, w.task_id, w.idx) AS w_channel,
+           array_agg(w.type ORDER BY w.task_path, w.task_id, w.idx) AS w_type,
+           array_agg(w.data ORDER BY w.task_path, w.task_id, w.idx) AS w_data,
+           array_agg(w.task_path ORDER BY w.task_path, w.task_id, w.idx) AS w_path
+    FROM lgx_writes w
+    WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
+      AND w.checkpoint_id = c.checkpoint_id
+) w ON true"""
+SELECT_TUPLE = f"""
+SELECT {_C_COLS}, w.* FROM (
+    SELECT * FROM lgx_checkpoints
+    WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3
+) c {_TUPLE_WRITES}"""
+SELECT_LATEST_TUPLE = f"""
+SELECT {_C_COLS}, w.* FROM (
+    SELECT * FROM lgx_checkpoints
+    WHERE thread_id = $1 AND checkpoint_ns = $2
+    ORDER BY checkpoint_id DESC LIMIT 1
+) c {_TUPLE_WRITES}"""
+
+
 def select_checkpoints(
     *, thread: bool, ns: bool, checkpoint_id: bool, before: bool, after_cursor: bool
 ) -> str:

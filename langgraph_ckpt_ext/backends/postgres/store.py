@@ -328,16 +328,22 @@ class PostgresStore:
         held: Mapping[str, str] | None = None,
     ) -> tuple[CheckpointRow, dict[tuple[str, str], BlobRow], list[WriteRow]] | None:
         async def op(conn: asyncpg.Connection) -> Any:
+            # The row and its writes in one round trip, the values it names in a second.
             if checkpoint_id is None:
-                found = await conn.fetchrow(sql.SELECT_LATEST_CHECKPOINT, thread_id, ns)
+                found = await conn.fetchrow(sql.SELECT_LATEST_TUPLE, thread_id, ns)
             else:
-                found = await conn.fetchrow(sql.SELECT_CHECKPOINT, thread_id, ns, checkpoint_id)
+                found = await conn.fetchrow(sql.SELECT_TUPLE, thread_id, ns, checkpoint_id)
             if found is None:
                 return None
             row = _checkpoint(found)
-            blobs = await _blobs(conn, thread_id, ns, wanted(row))
-            writes = await _writes(conn, thread_id, ns, [row.checkpoint_id], None)
-            return row, blobs, writes.get(row.checkpoint_id, [])
+            writes = [
+                WriteRow(thread_id, ns, row.checkpoint_id, *w)
+                for w in zip(*(found[k] or () for k in (
+                    "w_task", "w_idx", "w_channel", "w_type", "w_data", "w_path")), strict=True)
+            ]
+            keys = wanted(row)
+            blobs = await _blobs(conn, thread_id, ns, keys) if keys else {}
+            return row, blobs, writes
 
         return await self._run(op, tx=False)
 
