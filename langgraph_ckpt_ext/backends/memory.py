@@ -12,7 +12,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..core.codec import writes_order
 from ..core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
 from ..core.saver import StoreCheckpointer
-from ..core.store import BatchItem, GcPlanner
+from ..core.store import BatchItem, GcPlanner, write_in_turn
 from ..migrations import SchemaChain
 
 _NsKey = tuple[str, str]  # (thread_id, checkpoint_ns)
@@ -54,14 +54,8 @@ class MemoryStore:
         return fell_back
 
     async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
-        out: list[set[str]] = []
-        with self._lock:
-            for item in items:
-                if isinstance(item, tuple):
-                    out.append(await self.write_checkpoint(*item))
-                else:
-                    await self.write_writes(item)
-        return out
+        with self._lock:  # the lock is re-entrant: no reader sees half a batch
+            return await write_in_turn(self, items)
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
         with self._lock:
