@@ -75,5 +75,8 @@ def test_a_kill_mid_run_loses_at_most_the_window_and_leaves_a_prefix(tmp_path: P
         if graph.get_state(config).next:  # the kill cut a run short: it goes on from there
             saved = graph.invoke(None, config)["turns"]
         out = graph.invoke({"messages": [human("after")]}, config)
-        assert out["turns"] == saved + 1
+        # (a kill between a task's writes and its step's checkpoint leaves writes that the
+        # state shows but a new input starts over from, with any saver: one turn fewer)
+        assert out["turns"] in (saved, saved + 1)
+        assert [m.content for m in out["messages"][-2:]] == ["after", "echo: after"]
 

@@ -62,6 +62,8 @@ class AppendLog:
         self.top_level = snapshot_every.bit_length() - 1
         self.max_entries = max_entries
         self._chains: OrderedDict[tuple[str, str, str], _Chain] = OrderedDict()
+        # Channels whose last stored value is not a list: (version, value), read back as is.
+        self._values: OrderedDict[tuple[str, str, str], tuple[str, Any]] = OrderedDict()
         self._heads: dict[tuple[str, str], dict[str, str]] = {}  # (thread, ns) -> channel -> version
         self._guard = threading.Lock()
 
@@ -94,17 +96,36 @@ class AppendLog:
         if full:
             chain = _Chain(chain.items, (_Segment(chain.segments[-1].version, _FULL, 0),))
         with self._guard:
+            self._values.pop(key, None)
             self._chains[key] = chain
             self._chains.move_to_end(key)
             self._heads.setdefault((thread_id, ns), {})[channel] = chain.segments[-1].version
             while len(self._chains) > self.max_entries:
                 (tid, old_ns, ch), _ = self._chains.popitem(last=False)
-                heads = self._heads.get((tid, old_ns), {})
-                heads.pop(ch, None)
-                if not heads:
-                    self._heads.pop((tid, old_ns), None)
+                self._drop_head(tid, old_ns, ch)
 
-    def cached(self, thread_id: str, ns: str, channel: str, version: str) -> list[Any] | None:
+    def remember(self, thread_id: str, ns: str, channel: str, version: str, value: Any) -> None:
+        """Remember a value that is not a list, stored whole, as the channel's last (read back
+        as is: LangGraph treats channel values as immutable)."""
+        if value is None or type(value) is list:
+            return
+        key = (thread_id, ns, channel)
+        with self._guard:
+            self._chains.pop(key, None)
+            self._values[key] = (version, value)
+            self._values.move_to_end(key)
+            self._heads.setdefault((thread_id, ns), {})[channel] = version
+            while len(self._values) > self.max_entries:
+                (tid, old_ns, ch), _ = self._values.popitem(last=False)
+                self._drop_head(tid, old_ns, ch)
+
+    def _drop_head(self, thread_id: str, ns: str, channel: str) -> None:
+        heads = self._heads.get((thread_id, ns), {})
+        heads.pop(channel, None)
+        if not heads:
+            self._heads.pop((thread_id, ns), None)
+
+    def cached(self, thread_id: str, ns: str, channel: str, version: str) -> Any | None:
         """The list stored at `version` if it is the last one this process wrote, else None.
 
         Reading it back costs a list copy instead of a deserialization; the items are the very
@@ -112,6 +133,9 @@ class AppendLog:
         """
         with self._guard:
             chain = self._chains.get((thread_id, ns, channel))
+            plain = self._values.get((thread_id, ns, channel))
+        if plain is not None and plain[0] == version:
+            return plain[1]
         if chain is None or chain.segments[-1].version != version:
             return None
         return list(chain.items)
@@ -127,9 +151,12 @@ class AppendLog:
         with self._guard:
             if thread_id is None:
                 self._chains.clear()
+                self._values.clear()
                 self._heads.clear()
                 return
             for key in [k for k in self._chains if k[0] == thread_id]:
                 del self._chains[key]
+            for key in [k for k in self._values if k[0] == thread_id]:
+                del self._values[key]
             for head in [k for k in self._heads if k[0] == thread_id]:
                 del self._heads[head]

@@ -237,7 +237,12 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             md_typed,
             codec.blob_keys(checkpoint["channel_versions"]) if self._row_versions else None,
         )
-        return _PreparedPut(row, blobs, plans, [k for k, _ in marks], sealed)
+        values = checkpoint["channel_values"]
+        plain = {
+            ch: (version_key(v), values[ch]) for ch, v in new_versions.items()
+            if ch in values and ch not in plans
+        }
+        return _PreparedPut(row, blobs, plans, [k for k, _ in marks], sealed, plain)
 
     def _stored(self, put: _PreparedPut, fell_back: Collection[str], planned: bool = True) -> None:
         """Remember what a stored checkpoint holds (`planned`: its append plans still need
@@ -248,8 +253,10 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             self._upgrades_stored[key] = None
             if len(self._upgrades_stored) > 4096:
                 self._upgrades_stored.popitem(last=False)
+        row = put.row
+        for channel, (vkey, value) in put.plain.items():
+            self._log.remember(row.thread_id, row.checkpoint_ns, channel, vkey, value)
         if planned:
-            row = put.row
             for channel, plan in put.plans.items():
                 self._log.commit(row.thread_id, row.checkpoint_ns, channel, plan,
                                  full=channel in fell_back)
@@ -763,6 +770,8 @@ class _PreparedPut:
     plans: Mapping[str, Plan]
     marks: builtins.list[tuple[str, str, str, str]]
     sealed: Any
+    plain: Mapping[str, tuple[str, Any]]
+    """Channel -> (version key, value) of the values stored whole that are not lists."""
 
 
 def stored_schema_version(metadata: Mapping[str, Any], chain: SchemaChain, checkpoint_id: str) -> int:
