@@ -2,6 +2,7 @@
 
     python -m tests.smart_worker pause <db> <policy>   pause at interrupt(), print PAUSED, wait
     python -m tests.smart_worker chat <db> <interval>  chat turns forever, printing each one
+    python -m tests.smart_worker exit <db> <turns>     chat turns, buffered, then a normal exit
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ def main(action: str, db: str, arg: str) -> None:
         graph.invoke({"request": "refund", "log": []}, {"configurable": {"thread_id": "p"}})
         print("PAUSED", flush=True)
         time.sleep(600)
+    elif action == "exit":  # buffered, never flushed by hand: the interpreter's exit writes it
+        smart = SmartCheckpointer(inner, Periodic(3600))
+        graph = chat_graph().compile(checkpointer=smart)
+        for i in range(int(arg)):
+            graph.invoke({"messages": [human(f"turn {i}")]}, {"configurable": {"thread_id": "x"}})
+        print("BUFFERED", smart.metrics.buffered, flush=True)
     else:
         smart = SmartCheckpointer(inner, Periodic(float(arg)))
         graph = chat_graph().compile(checkpointer=smart)

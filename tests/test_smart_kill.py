@@ -80,3 +80,14 @@ def test_a_kill_mid_run_loses_at_most_the_window_and_leaves_a_prefix(tmp_path: P
         assert out["turns"] in (saved, saved + 1)
         assert [m.content for m in out["messages"][-2:]] == ["after", "echo: after"]
 
+
+
+def test_what_is_buffered_is_written_at_interpreter_exit(tmp_path: Path) -> None:
+    db = tmp_path / "exit.db"
+    proc = _spawn("exit", str(db), "3")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert int(out.split()[1]) >= 9  # three turns of three checkpoints, all still buffered
+    with SQLiteCheckpointer(db) as cp:
+        state = chat_graph().compile(checkpointer=cp).get_state({"configurable": {"thread_id": "x"}})
+        assert state.values["turns"] == 3
