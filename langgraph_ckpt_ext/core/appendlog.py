@@ -24,6 +24,11 @@ from typing import Any
 
 _FULL = -1
 
+MISS: Any = object()
+"""What `cached` returns for a value it does not hold (None is a value a channel can have)."""
+EMPTY: Any = object()
+"""A channel with no value at a version (LangGraph versions a channel it clears): no row."""
+
 
 @dataclass(frozen=True, slots=True)
 class _Segment:
@@ -107,7 +112,7 @@ class AppendLog:
     def remember(self, thread_id: str, ns: str, channel: str, version: str, value: Any) -> None:
         """Remember a value that is not a list, stored whole, as the channel's last (read back
         as is: LangGraph treats channel values as immutable)."""
-        if value is None or type(value) is list:
+        if type(value) is list:
             return
         key = (thread_id, ns, channel)
         with self._guard:
@@ -125,8 +130,9 @@ class AppendLog:
         if not heads:
             self._heads.pop((thread_id, ns), None)
 
-    def cached(self, thread_id: str, ns: str, channel: str, version: str) -> Any | None:
-        """The list stored at `version` if it is the last one this process wrote, else None.
+    def cached(self, thread_id: str, ns: str, channel: str, version: str) -> Any:
+        """The value stored at `version` if it is the last one this process wrote (EMPTY if the
+        channel had none there), else MISS.
 
         Reading it back costs a list copy instead of a deserialization; the items are the very
         objects LangGraph handed to `put`, which, like LangGraph, we treat as immutable.
@@ -137,7 +143,7 @@ class AppendLog:
         if plain is not None and plain[0] == version:
             return plain[1]
         if chain is None or chain.segments[-1].version != version:
-            return None
+            return MISS
         return list(chain.items)
 
     def held(self, thread_id: str, ns: str) -> dict[str, str]:

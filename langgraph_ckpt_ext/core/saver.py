@@ -39,7 +39,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ..timetravel.methods import TimeTravel
 from . import codec
-from .appendlog import AppendLog, Plan
+from .appendlog import EMPTY, MISS, AppendLog, Plan
 from .bridge import Bridge, iterate_inline, run_inline
 from .config import checkpoint_id_of, checkpoint_ns_of, make_config, thread_id_of
 from .errors import InvalidConfigError
@@ -239,8 +239,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         )
         values = checkpoint["channel_values"]
         plain = {
-            ch: (version_key(v), values[ch]) for ch, v in new_versions.items()
-            if ch in values and ch not in plans
+            ch: (version_key(v), values.get(ch, EMPTY))
+            for ch, v in new_versions.items() if ch not in plans
         }
         return _PreparedPut(row, blobs, plans, [k for k, _ in marks], sealed, plain)
 
@@ -389,9 +389,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         hits: dict[str, Any] = {}
         for ch, v in codec.blob_keys(header["channel_versions"]).items():
             value = self._log.cached(thread_id, ns, ch, v)
-            if value is None:
+            if value is MISS:
                 keys[ch] = v
-            else:
+            elif value is not EMPTY:
                 hits[ch] = value
         return keys, hits
 
