@@ -83,6 +83,7 @@ class _Thread:
     rate: float = 0.0
     last: float = 0.0
     bytes: int = 0
+    puts: int = 0
 
     def items(self) -> list[_Item]:
         return [*self.inflight, *self.pending]
@@ -117,19 +118,39 @@ class Metrics:
 
 
 def _size(value: Any, depth: int = 0) -> int:
-    """A cheap estimate of a value's serialized size."""
+    """A cheap estimate of a value's serialized size: long lists and dicts are sampled (a
+    message list is in every checkpoint; walking it whole each time would cost more than
+    buffering saves)."""
     if isinstance(value, str | bytes | bytearray):
         return len(value) + 8
     if depth > 4:
         return 64
     if isinstance(value, Mapping):
-        return 16 + sum(_size(k, depth + 1) + _size(v, depth + 1) for k, v in value.items())
+        items = list(value.items())
+        return 16 + _sampled([_size(k, depth + 1) + _size(v, depth + 1)
+                              for k, v in _sample(items)], len(items))
     if isinstance(value, list | tuple | set | frozenset):
-        return 16 + sum(_size(v, depth + 1) for v in value)
+        seq = value if isinstance(value, list | tuple) else list(value)
+        return 16 + _sampled([_size(v, depth + 1) for v in _sample(seq)], len(seq))
     content = getattr(value, "content", None)
     if content is not None:
         return 96 + _size(content, depth + 1)
     return 32
+
+
+def _puts(items: Sequence[_Item]) -> int:
+    return sum(isinstance(i, _Put) for i in items)
+
+
+def _sample(seq: Sequence[Any], n: int = 8) -> Sequence[Any]:
+    if len(seq) <= n:
+        return seq
+    step = len(seq) / n
+    return [seq[int(i * step)] for i in range(n)]
+
+
+def _sampled(sizes: list[int], total: int) -> int:
+    return 0 if not sizes else sum(sizes) * total // len(sizes)
 
 
 def _events(
@@ -260,6 +281,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
             st.last = now
             st.pending.append(item)
             st.bytes += item.size
+            st.puts += isinstance(item, _Put)
             if isinstance(item, _Put):
                 self._metrics.saves_requested += 1
             else:
@@ -270,7 +292,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                 _remember(self._seen, key, None)
                 urgent = key in self._urgent
                 self._urgent.discard(key)
-            puts = sum(isinstance(i, _Put) for i in st.items())
+            puts = st.puts
             due = (
                 urgent
                 or policies.INTERRUPT in events  # a human is waiting on it: always at once
@@ -388,8 +410,12 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                 return None
             batch = list(st.pending)
             st.pending.clear()
-            st.inflight = self._coalesced(batch) if self.coalesce else batch
-            return st.inflight
+            kept = self._coalesced(batch) if self.coalesce else batch
+            if kept is not batch:  # what coalescing dropped no longer counts against bounds
+                st.bytes -= sum(i.size for i in batch) - sum(i.size for i in kept)
+                st.puts -= _puts(batch) - _puts(kept)
+            st.inflight = kept
+            return kept
 
     def _done(self, thread_id: str, batch: list[_Item], error: BaseException | None) -> None:
         with self._lock:
@@ -408,6 +434,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                     _remember(self._orphans, key, []).append(i)
             size = sum(i.size for i in batch)
             st.bytes = max(0, st.bytes - size)
+            st.puts = max(0, st.puts - _puts(batch))
             self._metrics.batches += 1
             self._metrics.bytes_written += size
             self._metrics.checkpoints_written += sum(isinstance(i, _Put) for i in batch)
