@@ -31,16 +31,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-import asyncpg
-import redis.asyncio as aioredis
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from places import drop, open_saver
 
-from langgraph_ckpt_ext import connect
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 
 
@@ -59,31 +57,6 @@ def chat_graph() -> StateGraph:
     g.add_edge(START, "agent")
     g.add_edge("agent", END)
     return g
-
-
-def open_saver(backend: str, place: str, args: argparse.Namespace, audit: bool) -> StoreCheckpointer:
-    if backend == "sqlite":
-        return connect(f"sqlite:///{place}", audit=audit)
-    if backend == "postgres":
-        return connect(args.dsn, schema=place, audit=audit)
-    return connect(args.redis_url, key_prefix=place, audit=audit)
-
-
-async def drop(backend: str, place: str, args: argparse.Namespace) -> None:
-    if backend == "postgres":
-        conn = await asyncpg.connect(args.dsn)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{place}" CASCADE')
-        finally:
-            await conn.close()
-    elif backend == "redis":
-        client = aioredis.from_url(args.redis_url)
-        try:
-            keys = [k async for k in client.scan_iter(match=f"{place}:*", count=1000)]
-            for i in range(0, len(keys), 500):
-                await client.unlink(*keys[i : i + 500])
-        finally:
-            await client.aclose()
 
 
 class RawThread:
@@ -138,7 +111,7 @@ async def run(backend: str, args: argparse.Namespace) -> dict[str, float]:
              else f"lgxaudit_{uuid.uuid4().hex[:8]}")
     savers: list[StoreCheckpointer] = []
     try:
-        off, on = (open_saver(backend, place, args, audit) for audit in (False, True))
+        off, on = (open_saver(backend, place, args, audit=audit) for audit in (False, True))
         savers += [off, on]
         res: dict[str, float] = {}
 
@@ -167,7 +140,7 @@ async def run(backend: str, args: argparse.Namespace) -> dict[str, float]:
         for i in range(67):
             await graph.ainvoke({"messages": [HumanMessage(f"v {i}")]},
                                 {"configurable": {"thread_id": "verify"}})
-        fresh = open_saver(backend, place, args, True)
+        fresh = open_saver(backend, place, args, audit=True)
         savers.append(fresh)
         best = float("inf")
         for _ in range(args.rounds):

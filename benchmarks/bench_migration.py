@@ -25,13 +25,12 @@ import uuid
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-import asyncpg
-import redis.asyncio as aioredis
 from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
+from places import drop, open_saver
 
-from langgraph_ckpt_ext import SchemaChain, connect
+from langgraph_ckpt_ext import SchemaChain
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 
 
@@ -83,31 +82,6 @@ def v1_graph() -> Any:
     return g
 
 
-def open_saver(backend: str, place: str, args: argparse.Namespace, chain: Any) -> StoreCheckpointer:
-    if backend == "sqlite":
-        return connect(f"sqlite:///{place}", schema_chain=chain)
-    if backend == "postgres":
-        return connect(args.dsn, schema=place, schema_chain=chain)
-    return connect(args.redis_url, key_prefix=place, schema_chain=chain)
-
-
-async def drop(backend: str, place: str, args: argparse.Namespace) -> None:
-    if backend == "postgres":
-        conn = await asyncpg.connect(args.dsn)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{place}" CASCADE')
-        finally:
-            await conn.close()
-    elif backend == "redis":
-        client = aioredis.from_url(args.redis_url)
-        try:
-            keys = [k async for k in client.scan_iter(match=f"{place}:*", count=1000)]
-            for i in range(0, len(keys), 500):
-                await client.unlink(*keys[i : i + 500])
-        finally:
-            await client.aclose()
-
-
 async def best_read_us(saver: StoreCheckpointer, tids: list[str], rounds: int) -> float:
     """Mean microseconds per `aget_tuple` of a thread's latest checkpoint (best round)."""
     best = float("inf")
@@ -126,7 +100,7 @@ async def run(backend: str, args: argparse.Namespace) -> dict[str, float]:
              else f"lgxmig_{uuid.uuid4().hex[:8]}")
     tids = [f"t{i:05}" for i in range(args.threads)]
     try:
-        v1 = open_saver(backend, place, args, None)
+        v1 = open_saver(backend, place, args, schema_chain=None)
         graph = v1_graph().compile(checkpointer=v1)
         for tid in tids:
             config = {"configurable": {"thread_id": tid}}
@@ -135,8 +109,8 @@ async def run(backend: str, args: argparse.Namespace) -> dict[str, float]:
                 await graph.ainvoke({"messages": [msg]}, config)
         await v1.aclose()
 
-        lazy = open_saver(backend, place, args, CHAIN)
-        plain = open_saver(backend, place, args, None)
+        lazy = open_saver(backend, place, args, schema_chain=CHAIN)
+        plain = open_saver(backend, place, args, schema_chain=None)
         sample = tids[: args.sample]
         tup = await lazy.aget_tuple({"configurable": {"thread_id": sample[0]}})
         assert tup is not None and all(
