@@ -396,3 +396,26 @@ def test_storage_migrations_upgrade_an_older_database(tmp_path: Path) -> None:
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert "lgx_checkpoints_thread_order" in names
     conn.close()
+
+
+def test_append_log_holds_the_last_whole_value_of_any_channel() -> None:
+    from langgraph_ckpt_ext.core.appendlog import EMPTY, MISS, AppendLog
+
+    log = AppendLog(8)
+    assert log.cached("t", "", "memory", "1.5") is MISS
+    log.remember("t", "", "memory", "1.5", {"turn": 1})
+    log.remember("t", "", "turns", "1.5", 3)
+    log.remember("t", "", "__start__", "2.5", EMPTY)
+    log.remember("t", "", "maybe", "1.5", None)
+    held = log.cached("t", "", "memory", "1.5")
+    assert held == {"turn": 1}
+    held["turn"] = 99  # a caller changing what it got does not change what is held
+    assert log.cached("t", "", "memory", "1.5") == {"turn": 1}
+    assert log.cached("t", "", "turns", "1.5") == 3
+    assert log.cached("t", "", "maybe", "1.5") is None  # None is a value, not a miss
+    assert log.cached("t", "", "__start__", "2.5") is EMPTY
+    assert log.cached("t", "", "turns", "9.5") is MISS  # another version
+    assert log.held("t", "") == {"memory": "1.5", "turns": "1.5", "__start__": "2.5",
+                                 "maybe": "1.5"}
+    log.forget("t")
+    assert log.cached("t", "", "turns", "1.5") is MISS and log.held("t", "") == {}

@@ -141,7 +141,8 @@ class AppendLog:
             chain = self._chains.get((thread_id, ns, channel))
             plain = self._values.get((thread_id, ns, channel))
         if plain is not None and plain[0] == version:
-            return plain[1]
+            # a dict is copied, as a list is: a caller that changes it does not change ours
+            return dict(plain[1]) if type(plain[1]) is dict else plain[1]
         if chain is None or chain.segments[-1].version != version:
             return MISS
         return list(chain.items)
