@@ -29,11 +29,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 from langchain_core.messages import HumanMessage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_sqlite import build_graph, text
+from places import drop
 
 from langgraph_ckpt_ext import (
     EveryStep,
@@ -149,11 +149,7 @@ async def run_variant(
             await saver.aclose()
         await inner.aclose()
         if backend == "postgres":
-            conn = await asyncpg.connect(args.dsn)
-            try:
-                await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-            finally:
-                await conn.close()
+            await drop(backend, schema, args)
     turns = args.threads * args.turns
     writes = sum(n for name, n in calls.items() if name in _WRITES)
     lat.sort()

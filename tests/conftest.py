@@ -95,6 +95,28 @@ def drop_pg_schemas(*schemas: str) -> None:
     asyncio.run(drop())
 
 
+PERSISTENT = {"sqlite", "postgres", "redis", "redis-cluster"}
+"""Backends whose storage outlives the checkpointer object."""
+
+
+def conf(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    """The config naming a thread (and a checkpoint of it)."""
+    c: dict[str, Any] = {"thread_id": thread}
+    if checkpoint_id:
+        c["checkpoint_id"] = checkpoint_id
+    return {"configurable": c}
+
+
+def reopen_saver(backend: str, cp: StoreCheckpointer, tmp_path: Path, **options: Any
+                 ) -> StoreCheckpointer:
+    """A new checkpointer over the storage of `cp` (a persistent backend), given `options`."""
+    if backend == "postgres":
+        options["schema"] = cp.test_schema  # type: ignore[attr-defined]
+    elif backend.startswith("redis"):
+        options["key_prefix"] = cp.test_prefix  # type: ignore[attr-defined]
+    return make_saver(backend, tmp_path, **options)
+
+
 def make_saver(kind: str, tmp_path: Path, **options: Any) -> StoreCheckpointer:
     if kind == "postgres":
         from langgraph_ckpt_ext import PostgresCheckpointer

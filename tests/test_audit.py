@@ -24,18 +24,17 @@ from langgraph_ckpt_ext.timetravel.audit import (
     AuditReport,
 )
 
-from .conftest import LoopThread, cleanup, make_saver, redis_client_for
+from .conftest import (
+    PERSISTENT,
+    LoopThread,
+    cleanup,
+    conf,
+    make_saver,
+    redis_client_for,
+    reopen_saver,
+)
 from .graphs import approval_graph, chat_graph, fan_graph, human, subgraph_graph
 from .schema_graphs import CHAIN, graph_v1, graph_v3, v1_message
-
-PERSISTENT = {"sqlite", "postgres", "redis", "redis-cluster"}
-
-
-def conf(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
-    c: dict[str, Any] = {"thread_id": thread}
-    if checkpoint_id:
-        c["checkpoint_id"] = checkpoint_id
-    return {"configurable": c}
 
 
 def reopen(backend: str, cp: StoreCheckpointer, tmp_path: Path, **kw: Any) -> StoreCheckpointer:
@@ -46,11 +45,7 @@ def reopen(backend: str, cp: StoreCheckpointer, tmp_path: Path, **kw: Any) -> St
         cp._log.forget()
         cp.schema_chain = kw.get("schema_chain")
         return cp
-    if backend == "postgres":
-        kw["schema"] = cp.test_schema  # type: ignore[attr-defined]
-    elif backend.startswith("redis"):
-        kw["key_prefix"] = cp.test_prefix  # type: ignore[attr-defined]
-    return make_saver(backend, tmp_path, **kw)
+    return reopen_saver(backend, cp, tmp_path, **kw)
 
 
 @pytest.fixture

@@ -12,17 +12,8 @@ from langgraph.types import Command
 
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.migrations import SchemaChain, SchemaVersionError
-from tests.conftest import cleanup, make_saver
+from tests.conftest import PERSISTENT, cleanup, conf, make_saver, reopen_saver
 from tests.schema_graphs import CHAIN, graph_v1, graph_v3, is_v3, v1_message
-
-PERSISTENT = {"sqlite", "postgres", "redis", "redis-cluster"}
-
-
-def conf(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
-    c: dict[str, Any] = {"thread_id": thread}
-    if checkpoint_id:
-        c["checkpoint_id"] = checkpoint_id
-    return {"configurable": c}
 
 
 def reopen(backend: str, first: StoreCheckpointer, tmp_path: Path, **kw: Any) -> StoreCheckpointer:
@@ -31,11 +22,7 @@ def reopen(backend: str, first: StoreCheckpointer, tmp_path: Path, **kw: Any) ->
         for k, v in kw.items():
             setattr(first, k, v)
         return first
-    if backend == "postgres":
-        kw["schema"] = first.test_schema  # type: ignore[attr-defined]
-    elif backend.startswith("redis"):
-        kw["key_prefix"] = first.test_prefix  # type: ignore[attr-defined]
-    return make_saver(backend, tmp_path, **kw)
+    return reopen_saver(backend, first, tmp_path, **kw)
 
 
 def write_v1_threads(saver: StoreCheckpointer) -> None:

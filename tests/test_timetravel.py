@@ -29,14 +29,8 @@ from langgraph_ckpt_ext.timetravel import (
     replay,
 )
 
+from .conftest import conf
 from .graphs import approval_graph, chat_graph, fan_graph, human, subgraph_graph
-
-
-def conf(thread: str, checkpoint_id: str | None = None) -> dict[str, Any]:
-    c: dict[str, Any] = {"thread_id": thread}
-    if checkpoint_id:
-        c["checkpoint_id"] = checkpoint_id
-    return {"configurable": c}
 
 
 def dump(saver: StoreCheckpointer, thread: str) -> list[Any]:

@@ -40,6 +40,17 @@ def checkpoint_id_of(config: RunnableConfig | None) -> str | None:
     return None if cid in (None, "") else str(cid)
 
 
+def writes_checkpoint_of(config: RunnableConfig | None) -> str:
+    """The checkpoint that `put_writes` writes to; `InvalidConfigError` when it is missing."""
+    cid = checkpoint_id_of(config)
+    if cid is None:
+        raise InvalidConfigError(
+            "put_writes needs config['configurable']['checkpoint_id']: the checkpoint "
+            "these writes belong to (the config that put returned)"
+        )
+    return cid
+
+
 def make_config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
     return {
         "configurable": {

@@ -41,12 +41,26 @@ from ..timetravel.methods import TimeTravel
 from . import codec
 from .appendlog import EMPTY, MISS, AppendLog, Plan
 from .bridge import Bridge, iterate_inline, run_inline
-from .config import checkpoint_id_of, checkpoint_ns_of, make_config, thread_id_of
+from .config import (
+    checkpoint_id_of,
+    checkpoint_ns_of,
+    make_config,
+    thread_id_of,
+    writes_checkpoint_of,
+)
 from .errors import InvalidConfigError
 from .filters import matches, validate_filter
 from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
 from .store import BatchItem, BlobKey, Store
-from .versions import Version, is_upgraded, next_version, plain, upgraded_version, version_key
+from .versions import (
+    Version,
+    any_upgraded,
+    is_upgraded,
+    next_version,
+    plain,
+    upgraded_version,
+    version_key,
+)
 
 if TYPE_CHECKING:
     from ..migrations import SchemaChain
@@ -340,12 +354,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         task_path: str = "",
     ) -> builtins.list[WriteRow]:
         thread_id = thread_id_of(config)
-        checkpoint_id = checkpoint_id_of(config)
-        if checkpoint_id is None:
-            raise InvalidConfigError(
-                "put_writes needs config['configurable']['checkpoint_id']: the checkpoint "
-                "these writes belong to (the config that put returned)"
-            )
+        checkpoint_id = writes_checkpoint_of(config)
         return codec.encode_writes(
             self.serde,
             thread_id,
@@ -430,16 +439,17 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         stored = stored_schema_version(tup.metadata, chain, tup.checkpoint["id"])
         if not chain.needs(stored):
             return tup
+        from ..migrations import compare
+
         old = tup.checkpoint["channel_values"]
         values = chain.upgrade(old, stored)
         old_versions = tup.checkpoint["channel_versions"]
-        versions = {ch: v for ch, v in old_versions.items() if ch in values or ch not in old}
-        bump: Version | None = None
-        for ch, value in values.items():
-            if ch not in old or value is not old[ch] or ch not in versions:
-                if bump is None:
-                    bump = upgraded_version(_max_version(old_versions.values()))
-                versions[ch] = bump
+        added, removed, changed = compare(old, values)
+        versions = {ch: v for ch, v in old_versions.items() if ch not in removed}
+        moved = [*added, *changed, *(ch for ch in values if ch not in versions)]
+        if moved:
+            bump = upgraded_version(_max_version(old_versions.values()))
+            versions.update(dict.fromkeys(moved, bump))
         writes = [
             (task, ch, v)
             for task, channel, value in tup.pending_writes or ()
@@ -507,9 +517,11 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         metadata: Mapping[int, CheckpointMetadata] | None = None,
         *,
         upgrade: bool = True,
+        raw_writes: dict[tuple[str, str], builtins.list[WriteRow]] | None = None,
     ) -> builtins.list[CheckpointTuple]:
         """Checkpoint tuples for rows, with one blob read and one write read per namespace
-        (`metadata`: what is already decoded, by index into `rows`)."""
+        (`metadata`: what is already decoded, by index into `rows`; `raw_writes`, if given,
+        receives the write rows read, by (namespace, checkpoint id))."""
         groups: dict[tuple[str, str], builtins.list[int]] = defaultdict(builtins.list)
         for i, row in enumerate(rows):
             groups[(row.thread_id, row.checkpoint_ns)].append(i)
@@ -521,6 +533,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             blobs = await self._store.read_blobs(thread_id, ns, keys) if keys else {}
             ids = [rows[i].checkpoint_id for i in idxs]
             writes = await self._store.read_writes(thread_id, ns, ids)
+            if raw_writes is not None:
+                raw_writes.update({(ns, cid): ws for cid, ws in writes.items()})
             for i in idxs:
                 to_read, cached = split[i]
                 out[i] = self._tuple(
@@ -801,6 +815,8 @@ def _store_upgraded(
     channels holding a value that a schema upgrade changed on read and that this step did not
     write (channel -> version key): LangGraph names only a step's writes in `new_versions`, so
     those values are stored with the first checkpoint that holds them."""
+    if not any_upgraded():  # the common case: no scan of every version on every put
+        return checkpoint, {}
     versions = checkpoint["channel_versions"]
     seen = checkpoint.get("versions_seen") or {}
     if not any(is_upgraded(v) for v in versions.values()) and not any(

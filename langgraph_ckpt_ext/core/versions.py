@@ -41,8 +41,18 @@ class _UpgradedStr(str):
     __doc__ = _UpgradedFloat.__doc__
 
 
+_issued = False
+
+
+def any_upgraded() -> bool:
+    """Whether this process ever marked a version (if not, no checkpoint can hold one)."""
+    return _issued
+
+
 def upgraded_version(after: Version | None) -> Version:
     """A fresh version after `after`, marked as not stored yet (see `is_upgraded`)."""
+    global _issued
+    _issued = True
     v = next_version(after)
     return _UpgradedStr(v) if isinstance(v, str) else _UpgradedFloat(v)
 

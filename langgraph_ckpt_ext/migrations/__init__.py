@@ -59,6 +59,17 @@ class Step:
     writes: WriteUpcaster | None = None
 
 
+def compare(
+    old: Mapping[str, Any], new: Mapping[str, Any]
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(added, removed, changed) channels from `old` to `new` values, each sorted; a value the
+    upgrade replaced counts as changed (upcasters return new objects for what they change)."""
+    added = tuple(sorted(ch for ch in new if ch not in old))
+    removed = tuple(sorted(ch for ch in old if ch not in new))
+    changed = tuple(sorted(ch for ch in new if ch in old and new[ch] is not old[ch]))
+    return added, removed, changed
+
+
 class SchemaVersionError(CheckpointerError, ValueError):
     """A chain that cannot be applied: a gap, a bad version, or stored data newer than the code."""
 
@@ -204,4 +215,7 @@ class SchemaChain:
         return stored < self.current
 
 
-__all__ = ["SchemaChain", "SchemaVersionError", "Step", "Upcaster", "WriteUpcaster", "is_reserved"]
+__all__ = [
+    "SchemaChain", "SchemaVersionError", "Step", "Upcaster", "WriteUpcaster", "compare",
+    "is_reserved",
+]

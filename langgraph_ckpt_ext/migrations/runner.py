@@ -142,6 +142,7 @@ async def _migrate_thread(
     """Rewrite a thread's old checkpoints, oldest first, so that a list value growing along the
     thread is stored as append-deltas on the one rewritten before it, as `put` stores it."""
     from ..core.saver import stored_schema_version
+    from . import compare
 
     store = saver._store
     rows = [r async for r in store.iter_checkpoints(ListQuery(thread_id=thread_id))]
@@ -161,25 +162,15 @@ async def _migrate_thread(
     migrated = 0
     for start in range(0, len(todo), _PAGE):
         page = todo[start : start + _PAGE]
-        tuples = await saver._load([r for r, _ in page], upgrade=False)
-        by_ns: dict[str, list[str]] = defaultdict(list)
-        for row, _ in page:
-            by_ns[row.checkpoint_ns].append(row.checkpoint_id)
         raw_writes: dict[tuple[str, str], list[WriteRow]] = {}
-        for ns, ids in by_ns.items():
-            for cid, ws in (await store.read_writes(thread_id, ns, ids)).items():
-                raw_writes[(ns, cid)] = ws
+        tuples = await saver._load([r for r, _ in page], upgrade=False, raw_writes=raw_writes)
         for (row, stored), tup in zip(page, tuples, strict=True):
             ns, cid = row.checkpoint_ns, row.checkpoint_id
             old = tup.checkpoint["channel_values"]
             values = chain.upgrade(old, stored)
-            header = saver._header(row)
-            old_versions: Mapping[str, Version] = header["channel_versions"]
-            removed = tuple(sorted(ch for ch in old if ch not in values))
-            added = tuple(sorted(ch for ch in values if ch not in old))
-            changed = tuple(sorted(
-                ch for ch in values if ch in old and values[ch] is not old[ch]
-            ))
+            header = {k: v for k, v in tup.checkpoint.items() if k != "channel_values"}
+            old_versions: Mapping[str, Version] = tup.checkpoint["channel_versions"]
+            added, removed, changed = compare(old, values)
             versions: dict[str, Version] = {
                 ch: v for ch, v in old_versions.items() if ch not in removed
             }
@@ -203,7 +194,7 @@ async def _migrate_thread(
                 report.writes_migrated += n_writes
                 continue
             blobs, plans = codec.encode_blobs(saver.serde, log, thread_id, ns, values, to_store)
-            md = {**saver._metadata(row), "schema_version": chain.current}
+            md = {**tup.metadata, "schema_version": chain.current}
             new_row = replace(
                 row,
                 checkpoint=codec.dumps(

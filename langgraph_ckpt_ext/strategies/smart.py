@@ -36,7 +36,13 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 
-from ..core.config import checkpoint_id_of, checkpoint_ns_of, make_config, thread_id_of
+from ..core.config import (
+    checkpoint_id_of,
+    checkpoint_ns_of,
+    make_config,
+    thread_id_of,
+    writes_checkpoint_of,
+)
 from ..core.errors import InvalidConfigError
 from ..core.filters import matches, validate_filter
 from ..timetravel.history import next_nodes
@@ -342,12 +348,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         task_path: str,
     ) -> _Writes:
         thread_id = thread_id_of(config)
-        checkpoint_id = checkpoint_id_of(config)
-        if checkpoint_id is None:
-            raise InvalidConfigError(
-                "put_writes needs config['configurable']['checkpoint_id']: the checkpoint "
-                "these writes belong to (the config that put returned)"
-            )
+        checkpoint_id = writes_checkpoint_of(config)
         size = 64 + sum(_size(v) for _, v in writes)
         return _Writes(thread_id, checkpoint_ns_of(config), checkpoint_id, config,
                        list(writes), str(task_id), task_path, size, time.monotonic())

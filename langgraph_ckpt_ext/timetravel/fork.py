@@ -286,6 +286,11 @@ def lineage(saver: BaseCheckpointSaver[Any], thread_id: str) -> ForkNode:
     return run_sync(saver, alineage(saver, thread_id))
 
 
+def _check_fork_values(values: Mapping[str, Any] | None, graph: Any) -> None:
+    if values is not None and graph is None:
+        raise InvalidConfigError("fork(values=...) applies them through the graph: pass graph=")
+
+
 async def afork(
     saver: BaseCheckpointSaver[Any],
     config: RunnableConfig,
@@ -299,8 +304,7 @@ async def afork(
     (the thread's latest without a checkpoint id), marked as a fork of it; the source is not
     touched. `values` (with `graph`, the compiled graph) are then applied to the fork as
     `update_state` does. Returns the config of the fork's head."""
-    if values is not None and graph is None:
-        raise InvalidConfigError("fork(values=...) applies them through the graph: pass graph=")
+    _check_fork_values(values, graph)
     point = await afork_copy(saver, config, new_thread_id)
     if values is not None:
         return await graph.aupdate_state(point, dict(values), as_node=as_node)  # type: ignore[no-any-return]
@@ -317,8 +321,7 @@ def fork(
     as_node: str | None = None,
 ) -> RunnableConfig:
     """Sync `afork`."""
-    if values is not None and graph is None:
-        raise InvalidConfigError("fork(values=...) applies them through the graph: pass graph=")
+    _check_fork_values(values, graph)
     point = run_sync(saver, afork_copy(saver, config, new_thread_id))
     if values is not None:
         return graph.update_state(point, dict(values), as_node=as_node)  # type: ignore[no-any-return]

@@ -360,11 +360,10 @@ return 1
 """
 
 # ARGV: ttl, ns, cid, row, keep ('1': keep the stored row's channel list, the new row has
-# none), to_version, log value, replace writes ('1' | ''), n_blobs, then n_blobs x (field,
-# blob, base field or ''), then (field, write) pairs. Logs the migration ns\0cid\0to_version
-# and rewrites the checkpoint: returns 1; or 0, changing nothing, if that migration is logged
-# already or the checkpoint is gone; or, changing nothing, the fields of the append-deltas
-# whose base is gone (the caller sends those whole).
+# none), to_version, log value, replace writes ('1' | ''), packed writes (as PUT_WRITES), then
+# heads and blob values (as PUT). Logs the migration ns\0cid\0to_version and rewrites the
+# checkpoint: returns 1; or 0, changing nothing, if that migration is logged already or the
+# checkpoint is gone; or, changing nothing, the channels whose append-delta base is gone.
 REWRITE = _PRELUDE + r"""
 local ttl, ns, cid, row = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local f = ns .. '\0' .. cid
@@ -380,27 +379,12 @@ if ARGV[5] == '1' then
   local n = tonumber(string.sub(row, p2 + 1, p3 - 1))
   row = string.sub(row, 1, p2) .. #names .. '\0' .. names .. string.sub(row, p3 + 1 + n)
 end
-local missing, i = {}, 10
-for _ = 1, tonumber(ARGV[9]) do
-  if ARGV[i + 2] ~= '' and redis.call('HEXISTS', KEYS[4], ARGV[i + 2]) == 0 then
-    missing[#missing + 1] = ARGV[i]
-  end
-  i = i + 3
-end
+local missing, sets = plan_blobs(ns, ARGV[10], 11, nil)
 if #missing > 0 then return missing end
-i = 10
-for _ = 1, tonumber(ARGV[9]) do
-  redis.call('HSET', KEYS[4], ARGV[i], ARGV[i + 1])
-  i = i + 3
-end
-redis.call('HSET', KEYS[3], f, row)
+put_checkpoint(ns, cid, row, sets)
 if ARGV[8] == '1' then
   drop_writes(ns, cid)
-  while i < #ARGV do
-    redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
-    redis.call('ZADD', KEYS[6], 0, ARGV[i])
-    i = i + 2
-  end
+  put_writes(ARGV[9])
 end
 redis.call('HSET', KEYS[8], logged, ARGV[7])
 redis.call('HINCRBY', KEYS[7], 'gen', 1)

@@ -461,9 +461,7 @@ class RedisStore:
             b"%d" % entry.to_version,
             b"%d\0%s" % (entry.from_version, _b(repr(float(entry.migrated_at)))),
             "" if writes is None else "1",
-            len(blobs),
         ]
-        tail: list[Any] = []
         for w in writes or ():
             if (w.thread_id, w.checkpoint_ns, w.checkpoint_id) != (tid, ns, cid):
                 raise ValueError(
@@ -471,23 +469,18 @@ class RedisStore:
                     f"is not for checkpoint {(tid, ns, cid)!r}"
                 )
             check_parts(w.task_id)
-            tail += [_write_field(w), ormsgpack.packb([w.channel, w.type, w.data, w.task_path])]
-        whole: set[bytes] = set()  # fields of deltas whose base is gone: sent whole
-        for _ in range(2):
-            args = list(head)
-            for b in blobs:
-                field = _b(f"{ns}\0{b.channel}\0{b.version}")
-                if b.base_version is None or field in whole:
-                    type_, data = (b.type, b.data) if b.base_version is None else b.full()  # type: ignore[misc]
-                    args += [field, _b(f"\0{type_}\0") + data, ""]
-                else:
-                    args += [field, _b(f"{b.base_version}\0{b.type}\0") + b.data,
-                             _b(f"{ns}\0{b.channel}\0{b.base_version}")]
-            args += tail
-            done = await self._call("REWRITE", self.keys(tid), args)
+        head.append(_pack_writes(writes or []))
+        sent_whole: set[str] = set()
+        while True:
+            done = await self._call("REWRITE", self.keys(tid), [*head, *_pack_blobs(blobs)])
             if not isinstance(done, list):
                 break
-            whole.update(_b(f) if isinstance(f, str) else f for f in done)
+            # deltas whose base is gone: sent whole (nothing was written by that call)
+            gone = {_s(m) for m in done}
+            if gone & sent_whole:
+                raise AssertionError(f"full values still refused for {sorted(gone)}")
+            sent_whole |= gone
+            blobs = _whole(blobs, gone)
         if not done:
             return False
         await self._index(tid, [row.run_id] if row.run_id else [])
@@ -495,22 +488,7 @@ class RedisStore:
         return True
 
     async def read_migrations(self, thread_id: str | None = None) -> list[MigrationEntry]:
-        if thread_id is not None:
-            tids = [thread_id]
-        else:
-            # The thread index, a page at a time (ZSCAN may repeat a member: a set).
-            found: set[str] = set()
-            cursor = 0
-
-            async def scan(client: Client) -> tuple[int, list[tuple[bytes, float]]]:
-                return await client.zscan(self._threads_key, cursor, count=500)  # type: ignore[no-any-return]
-
-            while True:
-                cursor, page = await self._retrying(scan)
-                found.update(_s(member) for member, _ in page)
-                if not cursor:
-                    break
-            tids = sorted(found)
+        tids = [thread_id] if thread_id is not None else await self.thread_ids()
         out: list[MigrationEntry] = []
         for start in range(0, len(tids), 64):
             chunk = tids[start:start + 64]
