@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -70,34 +72,62 @@ class Counting:
 
 class LatencyProxy:
     """A loopback TCP proxy that delays every chunk by `delay` seconds each way: a database
-    one network hop away (`--latency`), without leaving this machine."""
+    one network hop away (`--latency`), without leaving this machine. It runs in a process of
+    its own (`start`), so its work takes no time from the event loop being measured."""
 
     def __init__(self, host: str, port: int, delay: float) -> None:
         self.target, self.delay = (host, port), delay
-        self.server: asyncio.base_events.Server | None = None
+        self.process: subprocess.Popen[str] | None = None
 
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
+    def start(self) -> int:
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--serve-proxy",
+             f"{self.target[0]}:{self.target[1]}:{self.delay}"],
+            stdout=subprocess.PIPE, text=True,
+        )
+        assert self.process.stdout is not None
+        return int(self.process.stdout.readline())
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait()
+
+    async def serve(self) -> None:
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await server.serve_forever()
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                await asyncio.sleep(self.delay)
+        # Chunks keep their order and each leaves `delay` after it came (a link's latency,
+        # not a stop-and-wait): a reader task stamps them, a writer task releases them.
+        queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        async def release() -> None:
+            while True:
+                at, data = await queue.get()
+                if not data:
+                    break
+                await asyncio.sleep(max(0.0, at - loop.time()))
                 writer.write(data)
                 await writer.drain()
-        except (ConnectionError, asyncio.CancelledError):
+
+        sender = asyncio.create_task(release())
+        try:
+            while data := await reader.read(65536):
+                queue.put_nowait((loop.time() + self.delay, data))
+        except ConnectionError:
             pass
         finally:
+            queue.put_nowait((0.0, b""))
+            with contextlib.suppress(ConnectionError):
+                await sender
             writer.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(*self.target)
         await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
 
 
 # (policy, SmartCheckpointer options); "events-ro": the same events, told that the agent's one
@@ -127,7 +157,7 @@ async def run_variant(
     saver: Any = inner if policy is None else SmartCheckpointer(inner, policy, **options)
     graph = build_graph(saver)
     lat: list[float] = []
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     try:
         for t in range(args.threads):
             tid = f"thread-{t}"
@@ -138,7 +168,7 @@ async def run_variant(
                 lat.append(time.perf_counter() - s)
         if policy is not None:
             await saver.aflush()
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         calls = Counter(counting.calls)  # before the count below reads the threads back
         checkpoints = 0
         for t in range(args.threads):
@@ -157,6 +187,7 @@ async def run_variant(
         "writes_per_turn": writes / turns,
         "calls_per_turn": sum(calls.values()) / turns,
         "turns_per_s": turns / seconds,
+        "cpu_ms": 1000 * cpu / turns,
         "checkpoints_per_s": checkpoints / seconds,
         "checkpoints": checkpoints,
         "p50_ms": 1000 * lat[len(lat) // 2],
@@ -173,7 +204,7 @@ async def run(backend: str, args: argparse.Namespace) -> None:
 
         url = urlsplit(args.dsn)
         proxy = LatencyProxy(url.hostname or "127.0.0.1", url.port or 5432, args.latency / 1000)
-        port = await proxy.start()
+        port = proxy.start()
         netloc = f"{url.username}@127.0.0.1:{port}" if url.username else f"127.0.0.1:{port}"
         args = argparse.Namespace(**{**vars(args), "dsn": urlunsplit(url._replace(netloc=netloc))})
         where = f", through a proxy adding {args.latency} ms each way"
@@ -184,21 +215,22 @@ async def run(backend: str, args: argparse.Namespace) -> None:
                     results[variant].append(await run_variant(backend, variant, args, Path(d)))
     finally:
         if proxy is not None:
-            await proxy.stop()
+            proxy.stop()
     print(f"\n[{backend}{where}] {args.threads} threads x {args.turns} turns, best of "
           f"{args.rounds} interleaved rounds (store calls: mean)")
     head = (f"{'variant':<9} {'writes/turn':>11} {'calls/turn':>10} "
-            f"{'turns/s':>8} {'ckpt/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'ckpts':>6}")
+            f"{'turns/s':>8} {'ckpt/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>7} {'ckpts':>6}")
     print(head)
     best: dict[str, dict[str, float]] = {}
     for variant, rows in results.items():
         b = max(rows, key=lambda r: r["turns_per_s"])
         mean = {k: statistics.fmean(r[k] for r in rows)
-                for k in ("writes_per_turn", "calls_per_turn")}
+                for k in ("writes_per_turn", "calls_per_turn", "cpu_ms")}
         best[variant] = {**b, **mean}
         print(f"{variant:<9} {mean['writes_per_turn']:>11.2f} {mean['calls_per_turn']:>10.2f} "
               f"{b['turns_per_s']:>8.1f} "
               f"{b['checkpoints_per_s']:>7.0f} {b['p50_ms']:>7.2f} {b['p99_ms']:>7.2f} "
+              f"{mean['cpu_ms']:>7.2f} "
               f"{int(b['checkpoints']):>6}")
     for name in ("events", "events-ro"):
         ev = best[name]
@@ -220,7 +252,12 @@ def main() -> None:
     p.add_argument("--latency", type=float, default=0.0,
                    help="PostgreSQL only: ms added each way by a loopback proxy (a remote DB)")
     p.add_argument("--quick", action="store_true", help="4 threads x 8 turns, 2 rounds")
+    p.add_argument("--serve-proxy", help=argparse.SUPPRESS)  # HOST:PORT:DELAY, for --latency
     args = p.parse_args()
+    if args.serve_proxy:
+        host, port, delay = args.serve_proxy.rsplit(":", 2)
+        asyncio.run(LatencyProxy(host, int(port), float(delay)).serve())
+        return
     if args.quick:
         args.threads, args.turns, args.rounds = 4, 8, 2
     for backend in (["sqlite", "postgres"] if args.backend == "all" else [args.backend]):

@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +90,8 @@ class _Thread:
     last: float = 0.0
     bytes: int = 0
     puts: int = 0
+    # Called once the in-flight batch is done: flushes that found it busy wait on these.
+    waiters: list[Callable[[], None]] = field(default_factory=list)
 
     def items(self) -> list[_Item]:
         return [*self.inflight, *self.pending]
@@ -183,6 +185,11 @@ def _events(
             )):
                 found.add(policies.TOOL_CALL)
     return found
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 _live: weakref.WeakSet[SmartCheckpointer] = weakref.WeakSet()
@@ -401,13 +408,15 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
 
     # -- flushing ---------------------------------------------------------------------------
 
-    def _take(self, thread_id: str) -> list[_Item] | None:
-        """Move a thread's queue in flight; None if another flush has it in flight."""
+    def _take(self, thread_id: str, wake: Callable[[], None]) -> list[_Item] | None:
+        """Move a thread's queue in flight; None if another flush has it in flight (`wake` is
+        then called once that one is done)."""
         with self._lock:
             st = self._threads.get(thread_id)
             if st is None or not st.pending:
                 return []
             if st.inflight:
+                st.waiters.append(wake)
                 return None
             batch = list(st.pending)
             st.pending.clear()
@@ -421,35 +430,46 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
     def _done(self, thread_id: str, batch: list[_Item], error: BaseException | None) -> None:
         with self._lock:
             st = self._threads[thread_id]
-            st.inflight = []
-            if error is not None:
-                st.pending.extendleft(reversed(batch))
-                self._metrics.flush_failures += 1
-                self._metrics.last_error = error
-                return
-            for i in batch:
-                key = (i.thread_id, i.ns, i.checkpoint_id)
-                if isinstance(i, _Put):
-                    self._orphans.pop(key, None)
-                elif key not in self._seen:  # its checkpoint is still to come
-                    _remember(self._orphans, key, []).append(i)
-            size = sum(i.size for i in batch)
-            st.bytes = max(0, st.bytes - size)
-            st.puts = max(0, st.puts - _puts(batch))
-            self._metrics.batches += 1
-            self._metrics.bytes_written += size
-            self._metrics.checkpoints_written += sum(isinstance(i, _Put) for i in batch)
-            self._metrics.writes_written += sum(isinstance(i, _Writes) for i in batch)
-            if not st.pending:
-                del self._threads[thread_id]
+            waiters, st.waiters = st.waiters, []
+            self._settle(thread_id, st, batch, error)
+        for wake in waiters:
+            with contextlib.suppress(RuntimeError):  # a waiter's event loop already closed
+                wake()
+
+    def _settle(
+        self, thread_id: str, st: _Thread, batch: list[_Item], error: BaseException | None
+    ) -> None:
+        """Book a finished batch (under the lock): put back on failure, else count it."""
+        st.inflight = []
+        if error is not None:
+            st.pending.extendleft(reversed(batch))
+            self._metrics.flush_failures += 1
+            self._metrics.last_error = error
+            return
+        for i in batch:
+            key = (i.thread_id, i.ns, i.checkpoint_id)
+            if isinstance(i, _Put):
+                self._orphans.pop(key, None)
+            elif key not in self._seen:  # its checkpoint is still to come
+                _remember(self._orphans, key, []).append(i)
+        size = sum(i.size for i in batch)
+        st.bytes = max(0, st.bytes - size)
+        st.puts = max(0, st.puts - _puts(batch))
+        self._metrics.batches += 1
+        self._metrics.bytes_written += size
+        self._metrics.checkpoints_written += sum(isinstance(i, _Put) for i in batch)
+        self._metrics.writes_written += sum(isinstance(i, _Writes) for i in batch)
+        if not st.pending:
+            del self._threads[thread_id]
 
     def _flush_thread(self, thread_id: str, until_empty: bool = True) -> None:
         """Write the thread's queue as one batch (after a flush already writing it); with
         `until_empty`, also what was queued meanwhile."""
         while True:
-            batch = self._take(thread_id)
-            if batch is None:
-                time.sleep(0.002)  # another flush of this thread is writing: after it
+            idle = threading.Event()
+            batch = self._take(thread_id, idle.set)
+            if batch is None:  # another flush of this thread is writing: after it
+                idle.wait()
                 continue
             if not batch:
                 return
@@ -463,10 +483,12 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                 return
 
     async def _aflush_thread(self, thread_id: str, until_empty: bool = True) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            batch = self._take(thread_id)
+            idle = loop.create_future()
+            batch = self._take(thread_id, lambda f=idle: loop.call_soon_threadsafe(_resolve, f))
             if batch is None:
-                await asyncio.sleep(0.002)
+                await idle
                 continue
             if not batch:
                 return
