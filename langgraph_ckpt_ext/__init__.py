@@ -20,6 +20,9 @@ from .core.errors import (
     InvalidConfigError,
     InvalidFilterError,
     MissingDependencyError,
+    PrimaryUnavailableError,
+    QuorumUnavailableError,
+    ReplicationError,
     SerializationError,
     StorageVersionError,
     StoreUnavailableError,
@@ -47,7 +50,16 @@ if TYPE_CHECKING:
         aload_agent_state,
         load_agent_state,
     )
-    from .strategies import EveryStep, Hybrid, OnEvents, Periodic, SmartCheckpointer
+    from .strategies import (
+        EveryStep,
+        Hybrid,
+        OnEvents,
+        Periodic,
+        RepairReport,
+        ReplicatedCheckpointer,
+        ReplicationStatus,
+        SmartCheckpointer,
+    )
 
 _LAZY = {
     "InMemoryCheckpointer": ".backends.memory",
@@ -62,7 +74,9 @@ _LAZY = {
     "MigrationProgress": ".migrations.runner",
     "MigrationReport": ".migrations.runner",
     **dict.fromkeys(
-        ("EveryStep", "Hybrid", "OnEvents", "Periodic", "SmartCheckpointer"), ".strategies"
+        ("EveryStep", "Hybrid", "OnEvents", "Periodic", "SmartCheckpointer", "RepairReport",
+         "ReplicatedCheckpointer", "ReplicationStatus"),
+        ".strategies",
     ),
     **dict.fromkeys(
         (
@@ -93,7 +107,13 @@ __all__ = [
     "Periodic",
     "PlanStep",
     "PostgresCheckpointer",
+    "PrimaryUnavailableError",
+    "QuorumUnavailableError",
     "RedisCheckpointer",
+    "RepairReport",
+    "ReplicatedCheckpointer",
+    "ReplicationError",
+    "ReplicationStatus",
     "SQLiteCheckpointer",
     "SchemaChain",
     "SchemaVersionError",

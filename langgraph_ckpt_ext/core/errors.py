@@ -46,6 +46,19 @@ class StoreUnavailableError(CheckpointerError, ConnectionError):
     """The database server could not be reached after retrying; nothing was half-written."""
 
 
+class ReplicationError(CheckpointerError):
+    """A write could not be replicated as the `ReplicatedCheckpointer`'s consistency asks."""
+
+
+class QuorumUnavailableError(ReplicationError, ConnectionError):
+    """Fewer replicas are up, or confirmed a write, than the quorum needs."""
+
+
+class PrimaryUnavailableError(StoreUnavailableError):
+    """The primary of a `ReplicatedCheckpointer` cannot be reached: reads fail over to a
+    replica; writes are refused unless promotion is allowed."""
+
+
 class MissingDependencyError(CheckpointerError, ImportError):
     """An optional driver is not installed; the message says which `pip install` fixes it."""
 

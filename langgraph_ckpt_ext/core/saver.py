@@ -586,6 +586,16 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             result[ch] = entry
         return result
 
+    # -- threads ----------------------------------------------------------------------------
+
+    async def athread_ids(self) -> builtins.list[str]:
+        """Every thread id that holds a checkpoint, sorted."""
+        return await self._store.thread_ids()
+
+    def thread_ids(self) -> builtins.list[str]:
+        """Every thread id that holds a checkpoint, sorted."""
+        return self._sync(self.athread_ids())
+
     # -- deleting and copying ---------------------------------------------------------------
 
     async def adelete_thread(self, thread_id: str) -> None:

@@ -1,6 +1,14 @@
-"""Checkpointers that wrap others: `SmartCheckpointer` (when to save) and its policies."""
+"""Checkpointers that wrap others: `SmartCheckpointer` (when to save) and its policies;
+`ReplicatedCheckpointer` (a primary and replicas)."""
 
 from .policies import AnyOf, EveryStep, Hybrid, OnEvents, Periodic, Policy, ThreadActivity
+from .replicated import (
+    RepairReport,
+    ReplicaRepair,
+    ReplicaStatus,
+    ReplicatedCheckpointer,
+    ReplicationStatus,
+)
 from .smart import Metrics, SmartCheckpointer
 
 __all__ = [
@@ -11,6 +19,11 @@ __all__ = [
     "OnEvents",
     "Periodic",
     "Policy",
+    "RepairReport",
+    "ReplicaRepair",
+    "ReplicaStatus",
+    "ReplicatedCheckpointer",
+    "ReplicationStatus",
     "SmartCheckpointer",
     "ThreadActivity",
 ]

@@ -1,0 +1,1053 @@
+"""`ReplicatedCheckpointer`: a primary and replicas, with the consistency the user chooses.
+
+Every write goes to the primary first. Then, per replica, it is queued (bounded) and applied in
+the primary's order by a worker thread of that replica, consecutive checkpoints and writes in
+one batch where the replica can take one. A replica that fails is marked down and retried with
+backoff; its queue waits for it. A queue that overflows is dropped and the replica marked for
+repair: `repair()` compares every thread with the primary (checkpoint ids and content hashes)
+and copies, rebuilds or deletes what differs. Reads go to the primary and fail over to the most
+up-to-date replica that is up when the primary cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    copy_checkpoint,
+)
+
+from ..core.config import checkpoint_ns_of, thread_id_of
+from ..core.errors import (
+    CheckpointNotFoundError,
+    InvalidConfigError,
+    InvalidFilterError,
+    PrimaryUnavailableError,
+    QuorumUnavailableError,
+    ReplicationError,
+    SerializationError,
+    ThreadExistsError,
+)
+from ..core.filters import validate_filter
+
+T = TypeVar("T")
+Consistency = Literal["async", "quorum", "anti_entropy"]
+_MODES = ("async", "quorum", "anti_entropy")
+_BATCH = 64  # ops one replica applies in one batch at most
+_PROBE = {"configurable": {"thread_id": "__lgckpt_probe__", "checkpoint_ns": ""}}
+
+# Errors that say the call was wrong, not that a store is unreachable: raised as they are,
+# never a reason to fail over or to retry.
+_CALLER_ERRORS: tuple[type[BaseException], ...] = (
+    InvalidConfigError, InvalidFilterError, SerializationError, CheckpointNotFoundError,
+    ThreadExistsError, NotImplementedError, ValueError, TypeError, KeyError,
+)
+
+
+def _unavailable(exc: BaseException) -> bool:
+    """Whether an error means the store could not be reached (or served) rather than a bad
+    request: connection errors, timeouts, and anything a driver raises that is not a caller
+    error."""
+    if isinstance(exc, ConnectionError | TimeoutError | OSError):
+        return True
+    return isinstance(exc, Exception) and not isinstance(exc, _CALLER_ERRORS)
+
+
+# -- what is queued ---------------------------------------------------------------------------
+
+
+class _Ack:
+    """Confirmations of one write by the replicas: done once `need` confirmed it, or once so
+    many failed that `need` cannot be reached."""
+
+    def __init__(self, need: int, total: int) -> None:
+        self.need, self.total = need, total
+        self.ok = 0
+        self.errors: list[tuple[str, BaseException]] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._waiters: list[Callable[[], None]] = []
+
+    def settle(self, replica: str, error: BaseException | None) -> None:
+        with self._lock:
+            if error is None:
+                self.ok += 1
+            else:
+                self.errors.append((replica, error))
+            if self._done.is_set() or not (
+                self.ok >= self.need or len(self.errors) > self.total - self.need
+            ):
+                return
+            self._done.set()
+            waiters, self._waiters = self._waiters, []
+        for wake in waiters:
+            with contextlib.suppress(RuntimeError):  # the waiter's loop has closed
+                wake()
+
+    @property
+    def succeeded(self) -> bool:
+        return self.ok >= self.need
+
+    def wait(self, timeout: float) -> bool:
+        return self._done.wait(timeout)
+
+    async def await_(self, timeout: float) -> bool:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+
+        with self._lock:
+            if self._done.is_set():
+                return True
+            self._waiters.append(wake)
+        try:
+            await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            return False
+        return True
+
+
+@dataclass
+class _Op:
+    kind: str  # put | writes | delete | delete_runs | copy | prune
+    args: tuple[Any, ...]
+    threads: tuple[str, ...]  # the threads it touches (none known: delete_runs)
+    at: float
+    ack: _Ack | None = None
+
+
+@dataclass
+class _Entry:
+    op: _Op
+    acked: bool = False  # whether this replica has settled the op's ack (first attempt)
+
+
+def _apply(saver: BaseCheckpointSaver[Any], op: _Op) -> None:
+    """An op on one saver, through its sync methods (the worker thread's)."""
+    a = op.args
+    if op.kind == "put":
+        saver.put(*a)
+    elif op.kind == "writes":
+        saver.put_writes(*a)
+    elif op.kind == "delete":
+        saver.delete_thread(*a)
+    elif op.kind == "delete_runs":
+        saver.delete_for_runs(*a)
+    elif op.kind == "copy":
+        saver.copy_thread(*a)
+    else:
+        saver.prune(a[0], strategy=a[1])
+
+
+# -- what the user reads -----------------------------------------------------------------------
+
+
+@dataclass
+class ReplicaStatus:
+    """One replica's health and lag (`checkpointer.status()`)."""
+
+    name: str
+    up: bool
+    queued: int
+    """Operations waiting to be applied."""
+    oldest_unreplicated_age: float
+    """Seconds the oldest waiting operation has waited (0 when none)."""
+    applied: int
+    """Operations applied so far."""
+    failures: int
+    """Failed attempts so far (each retried, or the thread marked for repair)."""
+    last_error: str | None
+    needs_repair: bool
+    """Operations were dropped (queue overflow, or the replica refused one): run `repair()`."""
+    threads_to_repair: int
+
+
+@dataclass
+class ReplicationStatus:
+    primary_up: bool
+    primary_error: str | None
+    replicas: list[ReplicaStatus]
+
+    def __str__(self) -> str:
+        lines = [f"primary: {'up' if self.primary_up else 'DOWN'}"
+                 + (f" ({self.primary_error})" if self.primary_error else "")]
+        for r in self.replicas:
+            lines.append(
+                f"{r.name}: {'up' if r.up else 'DOWN'}, {r.queued} queued, oldest "
+                f"{r.oldest_unreplicated_age:.2f} s, {r.applied} applied, {r.failures} failed"
+                + (", needs repair" if r.needs_repair else "")
+                + (f", last error: {r.last_error}" if r.last_error else "")
+            )
+        return "\n".join(lines)
+
+
+@dataclass
+class ReplicaRepair:
+    """What `repair()` did on one replica."""
+
+    name: str
+    threads_checked: int = 0
+    threads_equal: int = 0
+    checkpoints_copied: int = 0
+    writes_copied: int = 0
+    threads_rebuilt: list[str] = field(default_factory=list)
+    """Threads deleted on the replica and copied whole (it held checkpoints or writes the
+    primary does not, or different ones)."""
+    threads_deleted: list[str] = field(default_factory=list)
+    """Threads the primary no longer holds."""
+    threads_skipped: list[str] = field(default_factory=list)
+    """Threads with writes still queued for the replica: compared again next time."""
+    error: str | None = None
+    """Why the repair of this replica stopped (it is resumed by running `repair()` again)."""
+
+
+@dataclass
+class RepairReport:
+    replicas: list[ReplicaRepair]
+    seconds: float
+
+    @property
+    def clean(self) -> bool:
+        """True when every replica was already equal to the primary."""
+        return all(
+            r.error is None and not (r.checkpoints_copied or r.writes_copied
+                                     or r.threads_rebuilt or r.threads_deleted)
+            for r in self.replicas
+        )
+
+    def summary(self) -> str:
+        lines = []
+        for r in self.replicas:
+            lines.append(
+                f"{r.name}: {r.threads_checked} threads checked, {r.threads_equal} equal, "
+                f"{r.checkpoints_copied} checkpoints and {r.writes_copied} writes copied, "
+                f"{len(r.threads_rebuilt)} rebuilt, {len(r.threads_deleted)} deleted, "
+                f"{len(r.threads_skipped)} skipped (busy)"
+                + (f"; stopped: {r.error}" if r.error else "")
+            )
+        lines.append(f"{self.seconds:.2f} s")
+        return "\n".join(lines)
+
+
+# -- one replica ------------------------------------------------------------------------------
+
+
+class _Replica:
+    """A replica, its queue and the worker thread that applies it."""
+
+    def __init__(self, name: str, saver: BaseCheckpointSaver[Any], owner: ReplicatedCheckpointer
+                 ) -> None:
+        self.name, self.saver, self.owner = name, saver, owner
+        self.queue: deque[_Entry] = deque()
+        self.busy: Counter[str] = Counter()  # queued ops per thread
+        self.cond = threading.Condition()
+        self.up = True
+        self.applying = False
+        self.applied = 0
+        self.failures = 0
+        self.last_error: BaseException | None = None
+        self.repair_all = False
+        self.to_repair: set[str] = set()
+        self.stopping = False
+        self.thread: threading.Thread | None = None
+
+    # The queue is only touched under `cond`.
+
+    def start(self) -> None:
+        if self.thread is None:
+            self.thread = threading.Thread(
+                target=self._run, name=f"lgckpt-replica-{self.name}", daemon=True)
+            self.thread.start()
+
+    def push(self, op: _Op, wait: float) -> None:
+        """Queue an op; while the queue is full, wait up to `wait` s for room (backpressure) if
+        the replica is up, else drop the queue and mark the replica for repair."""
+        deadline = time.monotonic() + wait
+        with self.cond:
+            while len(self.queue) >= self.owner.max_queue:
+                left = deadline - time.monotonic()
+                if not self.up or left <= 0:
+                    self._overflow()
+                    break
+                self.cond.wait(left)
+            self.queue.append(_Entry(op))
+            for t in op.threads:
+                self.busy[t] += 1
+            self.cond.notify_all()
+        self.start()
+
+    def _overflow(self) -> None:
+        for entry in self.queue:
+            self._settle(entry, ReplicationError(f"replica {self.name}: queue overflowed"))
+            self._mark(entry.op)
+        self.queue.clear()
+        self.busy.clear()
+
+    def _mark(self, op: _Op) -> None:
+        if op.threads and op.kind != "delete_runs":
+            self.to_repair.update(op.threads)
+        else:
+            self.repair_all = True
+
+    def _settle(self, entry: _Entry, error: BaseException | None) -> None:
+        if not entry.acked and entry.op.ack is not None:
+            entry.acked = True
+            entry.op.ack.settle(self.name, error)
+
+    def _run(self) -> None:
+        backoff = 0.05
+        while True:
+            with self.cond:
+                while not self.queue and not self.stopping and self.up:
+                    self.cond.wait()
+                if self.stopping and (not self.queue or not self.up):
+                    return
+                batch = self._head()
+                self.applying = bool(batch)
+            try:
+                if batch:
+                    self._apply(batch)
+                else:  # down with nothing queued: probe until it answers
+                    self.saver.get_tuple(_PROBE)  # type: ignore[arg-type]
+            except BaseException as exc:
+                with self.cond:
+                    self.applying = False
+                    self.failures += 1
+                    self.last_error = exc
+                    if batch and not _unavailable(exc):
+                        self._refused(batch, exc)
+                        continue
+                    self.up = False
+                    for entry in batch:
+                        self._settle(entry, exc)
+                    self.cond.notify_all()
+                    self.cond.wait(backoff)  # woken early only by close()
+                backoff = min(backoff * 2, 2.0)
+                continue
+            backoff = 0.05
+            with self.cond:
+                self.applying = False
+                self.up = True
+                for entry in batch:
+                    self._pop(entry)
+                    self._settle(entry, None)
+                self.applied += len(batch)
+                self.cond.notify_all()
+
+    def _pop(self, entry: _Entry) -> None:
+        """Take an applied entry off the head (unless an overflow dropped it meanwhile)."""
+        if self.queue and self.queue[0] is entry:
+            self.queue.popleft()
+            for t in entry.op.threads:
+                self.busy[t] -= 1
+                if self.busy[t] <= 0:
+                    del self.busy[t]
+
+    def _head(self) -> list[_Entry]:
+        """The ops to apply next: a run of checkpoints and writes (one batch), or one other."""
+        if not self.queue:
+            return []
+        first = self.queue[0]
+        if first.op.kind not in ("put", "writes") or not hasattr(self.saver, "put_batch"):
+            return [first]
+        out = []
+        for entry in self.queue:  # one thread's: a batch is one thread's on some backends
+            if (entry.op.kind not in ("put", "writes") or entry.op.threads != first.op.threads
+                    or len(out) >= _BATCH):
+                break
+            out.append(entry)
+        return out
+
+    def _apply(self, batch: list[_Entry]) -> None:
+        if len(batch) == 1:
+            _apply(self.saver, batch[0].op)
+        else:
+            self.saver.put_batch([(e.op.kind, *e.op.args) for e in batch])  # type: ignore[attr-defined]
+
+    def _refused(self, batch: list[_Entry], exc: BaseException) -> None:
+        """The replica answered but refused an op (its data differs from the primary's): apply
+        the batch one by one, dropping each refused op and marking its threads for repair."""
+        self.cond.release()
+        try:
+            outcomes: list[BaseException | None] = []
+            for entry in batch:
+                try:
+                    _apply(self.saver, entry.op)
+                    outcomes.append(None)
+                except BaseException as one:
+                    if _unavailable(one):
+                        outcomes.append(one)
+                        break
+                    outcomes.append(one)
+        finally:
+            self.cond.acquire()
+        for entry, outcome in zip(batch, outcomes, strict=False):
+            if outcome is not None and _unavailable(outcome):
+                break  # retried with the rest of the queue
+            self._pop(entry)
+            if outcome is None:
+                self.applied += 1
+            else:
+                self._mark(entry.op)
+            self._settle(entry, outcome)
+        self.applying = False
+        self.cond.notify_all()
+
+    def drained(self) -> bool:
+        return not self.queue and not self.applying
+
+    def status(self) -> ReplicaStatus:
+        with self.cond:
+            return ReplicaStatus(
+                self.name, self.up, len(self.queue),
+                time.monotonic() - self.queue[0].op.at if self.queue else 0.0,
+                self.applied, self.failures,
+                None if self.last_error is None else _describe(self.last_error),
+                self.repair_all or bool(self.to_repair), len(self.to_repair),
+            )
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+# -- the checkpointer -------------------------------------------------------------------------
+
+
+class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
+    """A primary checkpointer and replicas of any backend, with the consistency you choose.
+
+    Args:
+        primary: where every write goes first and every read goes (ours or any
+            `BaseCheckpointSaver`).
+        replicas: one or more checkpointers (any backend) kept equal to the primary.
+        consistency: `"async"`: a write returns once the primary has it; replicas follow
+            from their queues, and a replica's failure never fails the write. `"quorum"`: a
+            write returns once the primary and `quorum` replicas have it; with fewer replicas
+            up, it fails before the primary is touched. `"anti_entropy"`: `"async"`, plus a
+            `repair()` every `repair_interval` seconds in the background.
+        quorum: the replicas a `"quorum"` write waits for (default 1).
+        max_queue: operations queued per replica; when full, a write waits up to
+            `max_wait` seconds for room (backpressure), then the queue is dropped and the
+            replica marked for repair (at once when the replica is down).
+        failover_reads: read from the most up-to-date replica that is up when the primary
+            cannot be reached (on by default); it may lag behind the primary by its queue.
+        promote: when the primary cannot be reached, make that replica the primary for writes
+            too (the old primary becomes a replica, marked for a full repair); off by default:
+            writes then fail with `PrimaryUnavailableError`.
+        names: a name per replica for status and reports (default `replica-0`, ...).
+
+    Example:
+        >>> cp = ReplicatedCheckpointer(pg, [redis_cp, sqlite_cp], "quorum")  # doctest: +SKIP
+        >>> graph = builder.compile(checkpointer=cp)                          # doctest: +SKIP
+        >>> print(cp.status()); print(cp.repair().summary())                  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        primary: BaseCheckpointSaver[Any],
+        replicas: Sequence[BaseCheckpointSaver[Any]],
+        consistency: Consistency = "async",
+        *,
+        quorum: int = 1,
+        max_queue: int = 10_000,
+        max_wait: float = 5.0,
+        quorum_timeout: float = 30.0,
+        repair_interval: float = 60.0,
+        failover_reads: bool = True,
+        promote: bool = False,
+        retry_primary_after: float = 1.0,
+        names: Sequence[str] | None = None,
+    ) -> None:
+        if not isinstance(primary, BaseCheckpointSaver):
+            raise InvalidConfigError(f"primary must be a BaseCheckpointSaver, got {primary!r}")
+        replicas = list(replicas)
+        for r in replicas:
+            if not isinstance(r, BaseCheckpointSaver):
+                raise InvalidConfigError(f"each replica must be a BaseCheckpointSaver, got {r!r}")
+            if r is primary:
+                raise InvalidConfigError("a replica is the primary itself: replicas must be "
+                                         "other checkpointers")
+        if len({id(r) for r in replicas}) != len(replicas):
+            raise InvalidConfigError("the same checkpointer is given twice as a replica")
+        if consistency not in _MODES:
+            raise InvalidConfigError(
+                f"unknown consistency {consistency!r}: use one of {', '.join(_MODES)}")
+        if consistency == "quorum":
+            if not replicas:
+                raise InvalidConfigError("consistency='quorum' needs at least one replica")
+            if not 1 <= quorum <= len(replicas):
+                raise InvalidConfigError(
+                    f"quorum={quorum} must be between 1 and the number of replicas "
+                    f"({len(replicas)})")
+        for name, value in (("max_wait", max_wait), ("quorum_timeout", quorum_timeout),
+                            ("repair_interval", repair_interval),
+                            ("retry_primary_after", retry_primary_after)):
+            if not value >= 0:
+                raise InvalidConfigError(f"{name} must be >= 0, got {value!r}")
+        if max_queue < 1:
+            raise InvalidConfigError(f"max_queue must be >= 1, got {max_queue!r}")
+        names = list(names) if names is not None else [f"replica-{i}" for i in range(len(replicas))]
+        if len(names) != len(replicas) or len(set(names)) != len(names):
+            raise InvalidConfigError("names must give each replica a different name")
+        super().__init__(serde=primary.serde)
+        self.primary = primary
+        self.consistency = consistency
+        self.quorum = quorum
+        self.max_queue, self.max_wait, self.quorum_timeout = max_queue, max_wait, quorum_timeout
+        self.repair_interval = repair_interval
+        self.failover_reads, self.promote = failover_reads, promote
+        self.retry_primary_after = retry_primary_after
+        self._replicas = [_Replica(n, r, self) for n, r in zip(names, replicas, strict=True)]
+        self._lock = threading.Lock()  # the order ops are queued in: the primary's
+        self._primary_down_until = 0.0
+        self._primary_error: BaseException | None = None
+        self._closed = threading.Event()
+        self._repairing = threading.Lock()
+        self._repairer: threading.Thread | None = None
+        if consistency == "anti_entropy":
+            self._repairer = threading.Thread(
+                target=self._anti_entropy, name="lgckpt-anti-entropy", daemon=True)
+            self._repairer.start()
+
+    @property
+    def replicas(self) -> list[BaseCheckpointSaver[Any]]:
+        return [r.saver for r in self._replicas]
+
+    # -- status -----------------------------------------------------------------------------
+
+    def status(self) -> ReplicationStatus:
+        """Whether the primary is up, and per replica: up, queued operations, the oldest
+        unreplicated age, the last error, whether it needs a repair."""
+        down = time.monotonic() < self._primary_down_until
+        err = self._primary_error
+        return ReplicationStatus(
+            not down, None if err is None or not down else _describe(err),
+            [r.status() for r in self._replicas],
+        )
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _check_quorum(self) -> None:
+        """Before the primary is touched: enough replicas up for a quorum write."""
+        if self.consistency != "quorum":
+            return
+        up = [r for r in self._replicas if r.up]
+        if len(up) < self.quorum:
+            down = ", ".join(f"{r.name} ({_describe(r.last_error) if r.last_error else 'down'})"
+                             for r in self._replicas if not r.up)
+            raise QuorumUnavailableError(
+                f"quorum write needs {self.quorum} replica(s) up, {len(up)} are: {down}. "
+                "Nothing was written; retry once they are back, or lower quorum")
+
+    def _enqueue(self, kind: str, args: tuple[Any, ...], threads: tuple[str, ...]) -> _Ack | None:
+        ack = _Ack(self.quorum, len(self._replicas)) if self.consistency == "quorum" else None
+        op = _Op(kind, args, threads, time.monotonic(), ack)
+        with self._lock:
+            for r in self._replicas:
+                r.push(op, self.max_wait)
+        return ack
+
+    def _confirmed(self, ack: _Ack | None, done: bool) -> None:
+        if ack is None:
+            return
+        if not done or not ack.succeeded:
+            why = "; ".join(f"{n}: {_describe(e)}" for n, e in ack.errors) or (
+                f"no answer within {self.quorum_timeout} s")
+            raise QuorumUnavailableError(
+                f"written to the primary, but only {ack.ok} of the {self.quorum} replica(s) "
+                f"the quorum needs confirmed it ({why}). The others keep retrying from their "
+                "queues; `repair()` makes them equal")
+
+    def _write(self, kind: str, call: Callable[[BaseCheckpointSaver[Any]], T],
+               args: tuple[Any, ...], threads: tuple[str, ...]) -> T:
+        self._check_quorum()
+        result = self._on_primary(call, write=True)
+        ack = self._enqueue(kind, args, threads)
+        self._confirmed(ack, ack.wait(self.quorum_timeout) if ack else True)
+        return result
+
+    async def _awrite(self, kind: str, call: Callable[[BaseCheckpointSaver[Any]], Any],
+                      args: tuple[Any, ...], threads: tuple[str, ...]) -> Any:
+        self._check_quorum()
+        result = await self._aon_primary(call, write=True)
+        ack = await self._aenqueue(kind, args, threads)
+        self._confirmed(ack, await ack.await_(self.quorum_timeout) if ack else True)
+        return result
+
+    async def _aenqueue(self, kind: str, args: tuple[Any, ...], threads: tuple[str, ...]
+                        ) -> _Ack | None:
+        # A full queue waits for room: on a thread, not on the caller's event loop.
+        if any(len(r.queue) >= self.max_queue for r in self._replicas):
+            return await asyncio.to_thread(self._enqueue, kind, args, threads)
+        return self._enqueue(kind, args, threads)
+
+    # A replica applies a put later, from another thread, while LangGraph goes on; and LangGraph
+    # changes some values in place (`add_messages` gives ids to the messages of an input or a
+    # write once it applies them, maybe before a background put has serialized them). So the
+    # primary and the replicas all get one copy taken when the call came: a channel's list
+    # shallowly (its items are stored values, no longer changed), anything else through the
+    # serializer.
+
+    def _frozen_put(self, config: RunnableConfig, checkpoint: Checkpoint,
+                    metadata: CheckpointMetadata, new_versions: ChannelVersions
+                    ) -> tuple[Any, ...]:
+        checkpoint = copy_checkpoint(checkpoint)
+        values = checkpoint["channel_values"]
+        for ch in new_versions:
+            if ch in values:
+                values[ch] = self._frozen(values[ch])
+        return (config, checkpoint, self._frozen(dict(metadata)), dict(new_versions))
+
+    def _frozen(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return list(value)
+        if value is None or isinstance(value, str | int | float | bool | bytes):
+            return value
+        return self.serde.loads_typed(self.serde.dumps_typed(value))
+
+    def _frozen_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                       task_id: str, task_path: str) -> tuple[Any, ...]:
+        frozen = [(ch, self.serde.loads_typed(self.serde.dumps_typed(v))) for ch, v in writes]
+        return (config, frozen, task_id, task_path)
+
+    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: ChannelVersions) -> RunnableConfig:
+        args = self._frozen_put(config, checkpoint, metadata, new_versions)
+        return self._write("put", lambda s: s.put(*args),
+                           args, (thread_id_of(config),))
+
+    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
+                   metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+        args = self._frozen_put(config, checkpoint, metadata, new_versions)
+        return await self._awrite(
+            "put", lambda s: s.aput(*args), args,
+            (thread_id_of(config),))
+
+    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
+                   task_path: str = "") -> None:
+        args = self._frozen_writes(config, writes, task_id, task_path)
+        self._write("writes", lambda s: s.put_writes(*args), args,
+                    (thread_id_of(config),))
+
+    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                          task_id: str, task_path: str = "") -> None:
+        args = self._frozen_writes(config, writes, task_id, task_path)
+        await self._awrite(
+            "writes", lambda s: s.aput_writes(*args), args,
+            (thread_id_of(config),))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._write("delete", lambda s: s.delete_thread(thread_id), (thread_id,),
+                    (str(thread_id),))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._awrite("delete", lambda s: s.adelete_thread(thread_id), (thread_id,),
+                           (str(thread_id),))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        ids = list(run_ids)
+        self._write("delete_runs", lambda s: s.delete_for_runs(ids), (ids,), ())
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        ids = list(run_ids)
+        await self._awrite("delete_runs", lambda s: s.adelete_for_runs(ids), (ids,), ())
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        args = (source_thread_id, target_thread_id)
+        self._write("copy", lambda s: s.copy_thread(*args), args,
+                    (str(source_thread_id), str(target_thread_id)))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        args = (source_thread_id, target_thread_id)
+        await self._awrite("copy", lambda s: s.acopy_thread(*args), args,
+                           (str(source_thread_id), str(target_thread_id)))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        ids = list(thread_ids)
+        self._write("prune", lambda s: s.prune(ids, strategy=strategy), (ids, strategy),
+                    tuple(map(str, ids)))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        ids = list(thread_ids)
+        await self._awrite("prune", lambda s: s.aprune(ids, strategy=strategy), (ids, strategy),
+                           tuple(map(str, ids)))
+
+    # -- the primary, and failing over ------------------------------------------------------
+
+    def _primary_down(self, exc: BaseException) -> None:
+        self._primary_down_until = time.monotonic() + self.retry_primary_after
+        self._primary_error = exc
+
+    def _fallback(self, write: bool, cause: BaseException | None) -> BaseCheckpointSaver[Any]:
+        """Where a call goes while the primary is down: a replica for reads (failover), or,
+        for writes, a promoted replica; else `PrimaryUnavailableError`."""
+        why = _describe(cause) if cause is not None else "down"
+        if write and not self.promote:
+            raise PrimaryUnavailableError(
+                f"the primary is unreachable ({why}): writes are refused so that the replicas "
+                "do not diverge from it. Retry once it is back, or pass promote=True to make a "
+                "replica the primary") from cause
+        if not write and not self.failover_reads:
+            raise PrimaryUnavailableError(
+                f"the primary is unreachable ({why}) and failover_reads is off") from cause
+        best = self._best_replica()
+        if best is None:
+            raise PrimaryUnavailableError(
+                f"the primary is unreachable ({why}) and no replica is up") from cause
+        if write:
+            self._promote(best)
+            return self.primary
+        return best.saver
+
+    def _best_replica(self) -> _Replica | None:
+        """The replica that is up, needs no repair, with the shortest queue."""
+        up = [r for r in self._replicas if r.up]
+        up.sort(key=lambda r: (r.repair_all or bool(r.to_repair), len(r.queue)))
+        return up[0] if up else None
+
+    def _promote(self, replica: _Replica) -> None:
+        """Make `replica` the primary: what is queued for it is applied first; the old primary
+        becomes a replica under the same name, marked for a full repair."""
+        with self._lock:
+            deadline = time.monotonic() + self.max_wait
+            with replica.cond:
+                while not replica.drained() and replica.up and time.monotonic() < deadline:
+                    replica.cond.wait(0.05)
+            replica.stop()
+            old = self.primary
+            self.primary = replica.saver
+            demoted = _Replica(replica.name, old, self)
+            demoted.up = False
+            demoted.repair_all = True
+            self._replicas[self._replicas.index(replica)] = demoted
+            demoted.start()  # probes the old primary until it answers
+            self._primary_down_until = 0.0
+            self._primary_error = None
+
+    def _on_primary(self, call: Callable[[BaseCheckpointSaver[Any]], T], write: bool = False) -> T:
+        if time.monotonic() < self._primary_down_until:
+            return call(self._fallback(write, self._primary_error))
+        try:
+            return call(self.primary)
+        except BaseException as exc:
+            if not _unavailable(exc) or not (self._replicas and (
+                    self.failover_reads or write)):
+                raise
+            self._primary_down(exc)
+            return call(self._fallback(write, exc))
+
+    async def _aon_primary(self, call: Callable[[BaseCheckpointSaver[Any]], Any],
+                           write: bool = False) -> Any:
+        if time.monotonic() < self._primary_down_until:
+            return await call(self._fallback(write, self._primary_error))
+        try:
+            return await call(self.primary)
+        except BaseException as exc:
+            if not _unavailable(exc) or not (self._replicas and (
+                    self.failover_reads or write)):
+                raise
+            self._primary_down(exc)
+            return await call(self._fallback(write, exc))
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._on_primary(lambda s: s.get_tuple(config))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._aon_primary(lambda s: s.aget_tuple(config))
+
+    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+             before: RunnableConfig | None = None, limit: int | None = None
+             ) -> Iterator[CheckpointTuple]:
+        validate_filter(filter)  # raise here, not at the first next()
+        kw = {"filter": filter, "before": before, "limit": limit}
+        # Fail over only before the first item: a listing never mixes two stores.
+        return self._on_primary(lambda s: _started(s.list(config, **kw)))
+
+    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+                    before: RunnableConfig | None = None, limit: int | None = None
+                    ) -> AsyncIterator[CheckpointTuple]:
+        validate_filter(filter)
+        kw = {"filter": filter, "before": before, "limit": limit}
+        first, rest = await self._aon_primary(lambda s: _astarted(s.alist(config, **kw)))
+        if first is _END:
+            return
+        yield first
+        async for tup in rest:
+            yield tup
+
+    def get_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]
+                                  ) -> Mapping[str, DeltaChannelHistory]:
+        return self._on_primary(
+            lambda s: s.get_delta_channel_history(config=config, channels=channels))
+
+    async def aget_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]
+                                         ) -> Mapping[str, DeltaChannelHistory]:
+        return await self._aon_primary(
+            lambda s: s.aget_delta_channel_history(config=config, channels=channels))
+
+    def get_next_version(self, current: Any, channel: Any = None) -> Any:
+        return self.primary.get_next_version(current, channel)
+
+    # -- waiting, repairing, closing --------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every replica that is up has applied its queue; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for r in self._replicas:
+            with r.cond:
+                while r.up and not r.drained():
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    r.cond.wait(0.05 if left is None else min(left, 0.05))
+        return True
+
+    async def aflush(self, timeout: float | None = None) -> bool:
+        return await asyncio.to_thread(self.flush, timeout)
+
+    def repair(self, thread_ids: Sequence[str] | None = None, *,
+               progress: Callable[[str, int, int], None] | None = None) -> RepairReport:
+        """Make every replica that is up equal to the primary.
+
+        Per thread (all of them, or `thread_ids`), checkpoint ids and content hashes (values,
+        metadata, pending writes) are compared. Missing checkpoints and writes are copied; a
+        thread holding checkpoints or writes the primary does not (or different ones) is
+        deleted on the replica and copied whole; a thread the primary no longer holds is
+        deleted. A thread with writes still queued for the replica is skipped and reported.
+        Running it again after it stopped resumes: equal threads are only compared.
+        `progress(replica, done, total)` is called after each thread."""
+        started = time.monotonic()
+        with self._repairing:
+            reports = [self._repair_one(r, thread_ids, progress) for r in self._replicas]
+        return RepairReport(reports, time.monotonic() - started)
+
+    async def arepair(self, thread_ids: Sequence[str] | None = None, *,
+                      progress: Callable[[str, int, int], None] | None = None) -> RepairReport:
+        return await asyncio.to_thread(self.repair, thread_ids, progress=progress)
+
+    def _repair_one(self, replica: _Replica, only: Sequence[str] | None,
+                    progress: Callable[[str, int, int], None] | None) -> ReplicaRepair:
+        report = ReplicaRepair(replica.name)
+        if not replica.up:
+            report.error = f"down: {_describe(replica.last_error) if replica.last_error else ''}"
+            return report
+        with replica.cond:
+            marked, full = set(replica.to_repair), replica.repair_all
+        try:
+            if only is not None:
+                threads = sorted(set(map(str, only)))
+            else:
+                threads = sorted(set(_thread_ids(self.primary)) | set(_thread_ids(replica.saver)))
+            for n, thread_id in enumerate(threads, 1):
+                with replica.cond:
+                    busy = replica.busy.get(thread_id, 0) > 0
+                if busy:
+                    report.threads_skipped.append(thread_id)
+                else:
+                    _repair_thread(self.primary, replica.saver, thread_id, report)
+                    with replica.cond:
+                        replica.to_repair.discard(thread_id)
+                if progress is not None:
+                    progress(replica.name, n, len(threads))
+        except BaseException as exc:
+            report.error = _describe(exc)
+            return report
+        with replica.cond:
+            if only is None and full and not report.threads_skipped:
+                replica.repair_all = False
+            replica.to_repair -= marked - set(report.threads_skipped)
+        return report
+
+    def _anti_entropy(self) -> None:
+        while not self._closed.wait(self.repair_interval):
+            with contextlib.suppress(Exception):  # reported in each replica's status
+                self.repair()
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Apply what is queued (up to `timeout` s), then stop the workers and the background
+        repair. The primary and replicas are the caller's and stay open."""
+        self.flush(timeout)
+        self._closed.set()
+        for r in self._replicas:
+            r.stop()
+        for r in self._replicas:
+            if r.thread is not None:
+                r.thread.join(timeout=5)
+
+    async def aclose(self, timeout: float | None = 30.0) -> None:
+        await asyncio.to_thread(self.close, timeout)
+
+    def __enter__(self) -> ReplicatedCheckpointer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> ReplicatedCheckpointer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+# -- listing helpers --------------------------------------------------------------------------
+
+_END: Any = object()
+
+
+def _started(it: Iterator[CheckpointTuple]) -> Iterator[CheckpointTuple]:
+    """Take the first item now (so that a failing store fails here), then the rest."""
+    first = next(it, _END)
+    if first is _END:
+        return iter(())
+
+    def rest() -> Iterator[CheckpointTuple]:
+        yield first
+        yield from it
+
+    return rest()
+
+
+async def _astarted(it: AsyncIterator[CheckpointTuple]
+                    ) -> tuple[Any, AsyncIterator[CheckpointTuple]]:
+    first = await anext(it, _END)
+    return first, it
+
+
+# -- repair -----------------------------------------------------------------------------------
+
+
+def _thread_ids(saver: BaseCheckpointSaver[Any]) -> list[str]:
+    ids = getattr(saver, "thread_ids", None)
+    if callable(ids):
+        return [str(t) for t in ids()]
+    seen: dict[str, None] = {}
+    for tup in saver.list(None):
+        seen[str(tup.config["configurable"]["thread_id"])] = None
+    return list(seen)
+
+
+def _digest(serde: Any, *parts: Any) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        kind, data = serde.dumps_typed(part)
+        h.update(kind.encode() + b"\0" + data + b"\0")
+    return h.hexdigest()
+
+
+def _sorted(d: Mapping[str, Any] | None) -> list[tuple[str, Any]]:
+    return sorted((d or {}).items())
+
+
+def _key(tup: CheckpointTuple) -> tuple[str, str]:
+    return (checkpoint_ns_of(tup.config), str(tup.checkpoint["id"]))
+
+
+def _header_hash(serde: Any, tup: CheckpointTuple) -> str:
+    """A checkpoint's content, independent of the backend that returns it."""
+    cp = tup.checkpoint
+    parent = None if tup.parent_config is None else tup.parent_config["configurable"].get(
+        "checkpoint_id")
+    metadata = {k: v for k, v in (tup.metadata or {}).items() if k != "audit"}
+    return _digest(
+        serde, [parent, cp.get("ts")], _sorted(cp.get("channel_versions")),
+        [(ch, _sorted(v)) for ch, v in _sorted(cp.get("versions_seen"))],
+        [ch for ch, _ in _sorted(cp.get("channel_values"))],
+        *(v for _, v in _sorted(cp.get("channel_values"))), _sorted(metadata),
+    )
+
+
+def _writes_hashes(serde: Any, tup: CheckpointTuple) -> Counter[tuple[str, str]]:
+    """Pending writes as a multiset of (task id, hash of channel and value)."""
+    return Counter((str(t), _digest(serde, c, v)) for t, c, v in tup.pending_writes or [])
+
+
+def _repair_thread(primary: BaseCheckpointSaver[Any], replica: BaseCheckpointSaver[Any],
+                   thread_id: str, report: ReplicaRepair) -> None:
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+    serde = primary.serde
+    source = list(primary.list(config))
+    target = {_key(t): t for t in replica.list(config)}
+    report.threads_checked += 1
+    if not source:
+        if target:
+            replica.delete_thread(thread_id)
+            report.threads_deleted.append(thread_id)
+        else:
+            report.threads_equal += 1
+        return
+    wanted = {_key(t) for t in source}
+    rebuild = any(k not in wanted for k in target)
+    copies: list[tuple[CheckpointTuple, bool]] = []  # (checkpoint, its header too or writes only)
+    if not rebuild:
+        for tup in source:
+            held = target.get(_key(tup))
+            if held is None:
+                copies.append((tup, True))
+                continue
+            if _header_hash(serde, tup) != _header_hash(serde, held):
+                rebuild = True
+                break
+            mine, theirs = _writes_hashes(serde, tup), _writes_hashes(serde, held)
+            if theirs - mine:  # writes the primary does not hold
+                rebuild = True
+                break
+            if mine - theirs:
+                copies.append((tup, False))
+    if rebuild:
+        replica.delete_thread(thread_id)
+        report.threads_rebuilt.append(thread_id)
+        copies = [(t, True) for t in source]
+        target = {}
+    if not copies:
+        report.threads_equal += 1
+        return
+    by_key = {_key(t): t for t in source}
+    for tup, header in reversed(copies):  # oldest first: parents before children
+        ns, checkpoint_id = _key(tup)
+        if header:
+            parent_id = None if tup.parent_config is None else tup.parent_config[
+                "configurable"].get("checkpoint_id")
+            parent = by_key.get((ns, str(parent_id)))
+            versions = tup.checkpoint.get("channel_versions") or {}
+            before = (parent.checkpoint.get("channel_versions") or {}) if parent else {}
+            new_versions = {ch: v for ch, v in versions.items() if before.get(ch) != v}
+            put_config: RunnableConfig = {"configurable": {
+                "thread_id": thread_id, "checkpoint_ns": ns,
+                **({"checkpoint_id": parent_id} if parent_id else {}),
+            }}
+            replica.put(put_config, tup.checkpoint, tup.metadata, new_versions)
+            report.checkpoints_copied += 1
+        tasks: dict[str, list[tuple[str, Any]]] = {}
+        for task_id, channel, value in tup.pending_writes or []:
+            tasks.setdefault(str(task_id), []).append((channel, value))
+        at: RunnableConfig = {"configurable": {
+            "thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
+        for task_id, writes in tasks.items():
+            replica.put_writes(at, writes, task_id)
+            report.writes_copied += len(writes)
