@@ -16,6 +16,7 @@ from langgraph_ckpt_ext import (
     Periodic,
     PostgresCheckpointer,
     RedisCheckpointer,
+    ReplicatedCheckpointer,
     SmartCheckpointer,
     SQLiteCheckpointer,
 )
@@ -41,6 +42,9 @@ from .conftest import (
         "smart:memory", "smart:sqlite", "smart:postgres", "smart:redis",
         "smart-buffered:memory", "smart-buffered:sqlite", "smart-buffered:postgres",
         "smart-buffered:redis",
+        # ReplicatedCheckpointer: a PostgreSQL primary, a Redis and a SQLite replica, in each
+        # consistency mode
+        "replicated-async", "replicated-quorum", "replicated-anti_entropy",
     ],
 )
 async def test_conformance_all_capabilities(kind: str, tmp_path: Path) -> None:
@@ -56,9 +60,27 @@ async def test_conformance_all_capabilities(kind: str, tmp_path: Path) -> None:
             async for inner in backend_factory(inner_kind):
                 async with SmartCheckpointer(inner, policy) as cp:
                     yield cp
+        elif kind.startswith("replicated"):
+            async for cp in replicated_factory(kind.partition("-")[2]):
+                yield cp
         else:
             async for cp in backend_factory(kind):
                 yield cp
+
+    async def replicated_factory(mode: str) -> AsyncIterator[object]:
+        options = {"quorum": 2} if mode == "quorum" else (
+            {"repair_interval": 0.2} if mode == "anti_entropy" else {})
+        async for primary in backend_factory("postgres"):
+            async for redis_replica in backend_factory("redis"):
+                async for sqlite_replica in backend_factory("sqlite"):
+                    async with ReplicatedCheckpointer(
+                        primary, [redis_replica, sqlite_replica], mode, **options  # type: ignore[arg-type]
+                    ) as cp:
+                        yield cp
+                        # every test's checkpoints and writes reached both replicas
+                        assert await cp.aflush(30)
+                        report = await cp.arepair()
+                        assert report.clean, report.summary()
 
     async def backend_factory(kind: str) -> AsyncIterator[object]:
         if kind == "memory":

@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 from langgraph.types import Command
 
-from langgraph_ckpt_ext import EveryStep, Hybrid, OnEvents, Periodic, SmartCheckpointer
+from langgraph_ckpt_ext import (
+    EveryStep,
+    Hybrid,
+    OnEvents,
+    Periodic,
+    ReplicatedCheckpointer,
+    SmartCheckpointer,
+)
 
 from .conftest import BACKENDS, LoopThread, cleanup, in_running_loop, make_saver
 from .graphs import (
@@ -35,11 +42,24 @@ SMART = {
     "smart-hybrid:sqlite-memory": Hybrid(min_interval=0.01, max_interval=0.2),
 }
 
+# ReplicatedCheckpointer: the primary's backend after the colon; its replicas' backends, and the
+# wrapper's options.
+REPLICATED: dict[str, tuple[list[str], dict[str, Any]]] = {
+    "replicated-async:postgres": (["redis", "sqlite"], {"consistency": "async"}),
+    "replicated-quorum:sqlite": (["postgres", "redis"], {"consistency": "quorum", "quorum": 2}),
+    "replicated-anti_entropy:redis": (
+        ["sqlite"], {"consistency": "anti_entropy", "repair_interval": 0.05}),
+}
 
-@pytest.fixture(params=[*BACKENDS, *SMART])
+
+@pytest.fixture(params=[*BACKENDS, *SMART, *REPLICATED])
 def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """Every backend, and the SmartCheckpointer variants, for the scenarios of this module."""
+    """Every backend, and the SmartCheckpointer and ReplicatedCheckpointer variants, for the
+    scenarios of this module."""
     kind = str(request.param)
+    if kind in REPLICATED:
+        yield from replicated_saver(kind, tmp_path)
+        return
     inner_kind = kind.partition(":")[2] if kind in SMART else kind
     inner = make_saver(inner_kind, tmp_path)
     cp = SmartCheckpointer(inner, SMART[kind]) if kind in SMART else inner
@@ -48,6 +68,29 @@ def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     if cp is not inner:
         inner.close()
     cleanup(inner_kind, inner)
+
+
+def replicated_saver(kind: str, tmp_path: Path) -> Iterator[Any]:
+    """A ReplicatedCheckpointer whose replicas, once the scenario is over and their queues
+    applied, hold exactly the primary's checkpoints and writes."""
+    replica_kinds, options = REPLICATED[kind]
+    kinds = [kind.partition(":")[2], *replica_kinds]
+    inners = []
+    for i, k in enumerate(kinds):  # a directory each: two SQLite stores never share a file
+        (tmp_path / f"s{i}").mkdir()
+        inners.append(make_saver(k, tmp_path / f"s{i}"))
+    cp = ReplicatedCheckpointer(inners[0], inners[1:], **options)
+    try:
+        yield cp
+        assert cp.flush(timeout=30), cp.status()
+        report = cp.repair()
+        assert report.clean, report.summary()
+        assert all(r.up and not r.needs_repair for r in cp.status().replicas), cp.status()
+    finally:
+        cp.close()
+        for k, inner in zip(kinds, inners, strict=True):
+            inner.close()
+            cleanup(k, inner)
 
 
 class Api:

@@ -78,7 +78,10 @@ class AppendLog:
             return None
         with self._guard:
             chain = self._chains.get((thread_id, ns, channel))
-        if chain is None or not _extends(chain.items, value):
+        # A version already in the chain (the same checkpoint put again, e.g. a retried
+        # batch) would be a delta on itself: write it whole.
+        if (chain is None or any(seg.version == version for seg in chain.segments)
+                or not _extends(chain.items, value)):
             return self._full(version, value)
         segs = list(chain.segments)
         new = _Segment(version, 0, len(chain.items))

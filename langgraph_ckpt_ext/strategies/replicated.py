@@ -119,7 +119,7 @@ class _Ack:
             self._waiters.append(wake)
         try:
             await asyncio.wait_for(future, timeout)
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):  # two classes before Python 3.11
             return False
         return True
 
@@ -526,6 +526,13 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         self._primary_error: BaseException | None = None
         self._closed = threading.Event()
         self._repairing = threading.Lock()
+        # A thread's repair and the writes to it exclude each other: a write to a thread being
+        # repaired waits (before the primary is touched), a thread with a write in flight (on
+        # the primary, not yet queued) is not repaired. Else a repair reads the primary and a
+        # replica at different moments of a write, and copies it twice or deletes it.
+        self._gate = threading.Condition()
+        self._in_flight: Counter[str | None] = Counter()  # None: threads unknown (by run ids)
+        self._held: set[str] = set()  # threads being repaired
         self._repairer: threading.Thread | None = None
         if consistency == "anti_entropy":
             self._repairer = threading.Thread(
@@ -551,7 +558,12 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
     # -- writing ----------------------------------------------------------------------------
 
     def _check_quorum(self) -> None:
-        """Before the primary is touched: enough replicas up for a quorum write."""
+        """Before the primary is touched: not closed, and enough replicas up for a quorum
+        write."""
+        if self._closed.is_set():
+            raise ReplicationError(
+                "this ReplicatedCheckpointer is closed: its replicas no longer follow, so it "
+                "takes no more writes (open a new one over the same checkpointers)")
         if self.consistency != "quorum":
             return
         up = [r for r in self._replicas if r.up]
@@ -581,19 +593,67 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
                 f"the quorum needs confirmed it ({why}). The others keep retrying from their "
                 "queues; `repair()` makes them equal")
 
+    def _blocked(self, threads: tuple[str, ...]) -> bool:
+        """Whether a write to `threads` must wait for a repair (under `_gate`)."""
+        return any(t in self._held for t in threads) if threads else bool(self._held)
+
+    def _enter(self, threads: tuple[str, ...]) -> None:
+        with self._gate:
+            while self._blocked(threads):
+                self._gate.wait()
+            for t in threads or (None,):
+                self._in_flight[t] += 1
+
+    async def _aenter(self, threads: tuple[str, ...]) -> None:
+        while True:  # a repair holds a thread briefly: polled, off nobody's thread
+            with self._gate:
+                if not self._blocked(threads):
+                    for t in threads or (None,):
+                        self._in_flight[t] += 1
+                    return
+            await asyncio.sleep(0.005)
+
+    def _leave(self, threads: tuple[str, ...]) -> None:
+        with self._gate:
+            for t in threads or (None,):
+                self._in_flight[t] -= 1
+                if self._in_flight[t] <= 0:
+                    del self._in_flight[t]
+
+    def _hold(self, thread_id: str) -> bool:
+        """Hold a thread's writes off for its repair; False when one is in flight."""
+        with self._gate:
+            if self._in_flight.get(thread_id) or self._in_flight.get(None):
+                return False
+            self._held.add(thread_id)
+            return True
+
+    def _unhold(self, thread_id: str) -> None:
+        with self._gate:
+            self._held.discard(thread_id)
+            self._gate.notify_all()
+
     def _write(self, kind: str, call: Callable[[BaseCheckpointSaver[Any]], T],
                args: tuple[Any, ...], threads: tuple[str, ...]) -> T:
         self._check_quorum()
-        result = self._on_primary(call, write=True)
-        ack = self._enqueue(kind, args, threads)
+        self._enter(threads)
+        try:
+            result = self._on_primary(call, write=True)
+            ack = self._enqueue(kind, args, threads)
+        finally:
+            self._leave(threads)
         self._confirmed(ack, ack.wait(self.quorum_timeout) if ack else True)
         return result
 
     async def _awrite(self, kind: str, call: Callable[[BaseCheckpointSaver[Any]], Any],
                       args: tuple[Any, ...], threads: tuple[str, ...]) -> Any:
         self._check_quorum()
-        result = await self._aon_primary(call, write=True)
-        ack = await self._aenqueue(kind, args, threads)
+        await self._aenter(threads)
+        try:
+            result = await self._aon_primary(call, write=True)
+            ack = await self._aenqueue(kind, args, threads)
+        finally:
+            self._leave(threads)
         self._confirmed(ack, await ack.await_(self.quorum_timeout) if ack else True)
         return result
 
@@ -864,14 +924,23 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
             else:
                 threads = sorted(set(_thread_ids(self.primary)) | set(_thread_ids(replica.saver)))
             for n, thread_id in enumerate(threads, 1):
-                with replica.cond:
-                    busy = replica.busy.get(thread_id, 0) > 0
-                if busy:
+                if self._closed.is_set() and threading.current_thread() is self._repairer:
+                    report.error = "closed"  # the background repair stops with close()
+                    return report
+                if not self._hold(thread_id):
                     report.threads_skipped.append(thread_id)
                 else:
-                    _repair_thread(self.primary, replica.saver, thread_id, report)
-                    with replica.cond:
-                        replica.to_repair.discard(thread_id)
+                    try:
+                        with replica.cond:
+                            busy = replica.busy.get(thread_id, 0) > 0
+                        if busy:
+                            report.threads_skipped.append(thread_id)
+                        else:
+                            _repair_thread(self.primary, replica.saver, thread_id, report)
+                            with replica.cond:
+                                replica.to_repair.discard(thread_id)
+                    finally:
+                        self._unhold(thread_id)
                 if progress is not None:
                     progress(replica.name, n, len(threads))
         except BaseException as exc:
@@ -880,7 +949,8 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         with replica.cond:
             if only is None and full and not report.threads_skipped:
                 replica.repair_all = False
-            replica.to_repair -= marked - set(report.threads_skipped)
+            if only is None:  # marked threads neither store holds any more
+                replica.to_repair -= marked - set(report.threads_skipped)
         return report
 
     def _anti_entropy(self) -> None:
@@ -898,6 +968,8 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         for r in self._replicas:
             if r.thread is not None:
                 r.thread.join(timeout=5)
+        if self._repairer is not None and self._repairer is not threading.current_thread():
+            self._repairer.join(timeout=5)  # before the caller closes the stores it reads
 
     async def aclose(self, timeout: float | None = 30.0) -> None:
         await asyncio.to_thread(self.close, timeout)
@@ -1003,12 +1075,13 @@ def _repair_thread(primary: BaseCheckpointSaver[Any], replica: BaseCheckpointSav
         return
     wanted = {_key(t) for t in source}
     rebuild = any(k not in wanted for k in target)
-    copies: list[tuple[CheckpointTuple, bool]] = []  # (checkpoint, its header too or writes only)
+    # (checkpoint, its header too, the tasks whose writes are copied: None for all)
+    copies: list[tuple[CheckpointTuple, bool, set[str] | None]] = []
     if not rebuild:
         for tup in source:
             held = target.get(_key(tup))
             if held is None:
-                copies.append((tup, True))
+                copies.append((tup, True, None))
                 continue
             if _header_hash(serde, tup) != _header_hash(serde, held):
                 rebuild = True
@@ -1017,18 +1090,18 @@ def _repair_thread(primary: BaseCheckpointSaver[Any], replica: BaseCheckpointSav
             if theirs - mine:  # writes the primary does not hold
                 rebuild = True
                 break
-            if mine - theirs:
-                copies.append((tup, False))
+            if mine - theirs:  # only the tasks with writes missing, counted once
+                copies.append((tup, False, {t for t, _ in mine - theirs}))
     if rebuild:
         replica.delete_thread(thread_id)
         report.threads_rebuilt.append(thread_id)
-        copies = [(t, True) for t in source]
+        copies = [(t, True, None) for t in source]
         target = {}
     if not copies:
         report.threads_equal += 1
         return
     by_key = {_key(t): t for t in source}
-    for tup, header in reversed(copies):  # oldest first: parents before children
+    for tup, header, only_tasks in reversed(copies):  # oldest first: parents before children
         ns, checkpoint_id = _key(tup)
         if header:
             parent_id = None if tup.parent_config is None else tup.parent_config[
@@ -1045,7 +1118,8 @@ def _repair_thread(primary: BaseCheckpointSaver[Any], replica: BaseCheckpointSav
             report.checkpoints_copied += 1
         tasks: dict[str, list[tuple[str, Any]]] = {}
         for task_id, channel, value in tup.pending_writes or []:
-            tasks.setdefault(str(task_id), []).append((channel, value))
+            if only_tasks is None or str(task_id) in only_tasks:
+                tasks.setdefault(str(task_id), []).append((channel, value))
         at: RunnableConfig = {"configurable": {
             "thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
         for task_id, writes in tasks.items():
