@@ -19,7 +19,15 @@ from langgraph_ckpt_ext import (
     SmartCheckpointer,
 )
 
-from .conftest import BACKENDS, LoopThread, cleanup, in_running_loop, make_saver
+from .conftest import (
+    BACKENDS,
+    PG_DSN,
+    REDIS_URL,
+    LoopThread,
+    cleanup,
+    in_running_loop,
+    make_saver,
+)
 from .graphs import (
     approval_graph,
     chat_graph,
@@ -49,6 +57,8 @@ REPLICATED: dict[str, tuple[list[str], dict[str, Any]]] = {
     "replicated-quorum:sqlite": (["postgres", "redis"], {"consistency": "quorum", "quorum": 2}),
     "replicated-anti_entropy:redis": (
         ["sqlite"], {"consistency": "anti_entropy", "repair_interval": 0.05}),
+    # the replicas given as URLs: applied by a replicator process
+    "replicated-proc:postgres": (["redis", "sqlite"], {"consistency": "async", "urls": True}),
 }
 
 
@@ -74,12 +84,17 @@ def replicated_saver(kind: str, tmp_path: Path) -> Iterator[Any]:
     """A ReplicatedCheckpointer whose replicas, once the scenario is over and their queues
     applied, hold exactly the primary's checkpoints and writes."""
     replica_kinds, options = REPLICATED[kind]
+    options = dict(options)
     kinds = [kind.partition(":")[2], *replica_kinds]
     inners = []
     for i, k in enumerate(kinds):  # a directory each: two SQLite stores never share a file
         (tmp_path / f"s{i}").mkdir()
         inners.append(make_saver(k, tmp_path / f"s{i}"))
-    cp = ReplicatedCheckpointer(inners[0], inners[1:], **options)
+        inners[-1].test_path = tmp_path / f"s{i}" / "ckpt.db"
+    replicas: list[Any] = inners[1:]
+    if options.pop("urls", False):
+        replicas = [as_url(k, r) for k, r in zip(kinds[1:], replicas, strict=True)]
+    cp = ReplicatedCheckpointer(inners[0], replicas, **options)
     try:
         yield cp
         assert cp.flush(timeout=30), cp.status()
@@ -91,6 +106,15 @@ def replicated_saver(kind: str, tmp_path: Path) -> Iterator[Any]:
         for k, inner in zip(kinds, inners, strict=True):
             inner.close()
             cleanup(k, inner)
+
+
+def as_url(kind: str, cp: Any) -> Any:
+    """A test's store as a replica URL (with options), for the replicator process."""
+    if kind == "redis":
+        return (REDIS_URL, {"key_prefix": cp.test_prefix})
+    if kind == "sqlite":
+        return f"sqlite:///{cp.test_path}"
+    return (PG_DSN, {"schema": cp.test_schema})
 
 
 class Api:

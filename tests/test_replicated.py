@@ -27,7 +27,7 @@ from langgraph_ckpt_ext import (
     StoreUnavailableError,
 )
 
-from .conftest import LoopThread, cleanup, make_saver, redis_prefix
+from .conftest import PG_DSN, REDIS_URL, LoopThread, cleanup, make_saver, redis_prefix
 from .graphs import approval_graph, chat_graph, human, subgraph_graph
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -151,7 +151,18 @@ def a_checkpoint(saver: Any, thread: str, step: int, parent: Any = None, **value
 MIXES = {
     "postgres>redis+sqlite": ("postgres", ["redis", "sqlite"]),
     "sqlite>memory+postgres": ("sqlite", ["memory", "postgres"]),
+    # the replicas given as URLs: applied by the replicator process
+    "sqlite>redis+postgres:process": ("sqlite", ["redis", "postgres"]),
 }
+
+
+def as_url(kind: str, cp: Any) -> Any:
+    """A test's store as a replica URL (with options), for the replicator process."""
+    if kind == "redis":
+        return (REDIS_URL, {"key_prefix": cp.test_prefix})
+    if kind == "sqlite":
+        return f"sqlite:///{cp.test_path}"
+    return (PG_DSN, {"schema": cp.test_schema})
 
 
 class Calls:
@@ -180,7 +191,9 @@ def test_every_write_kind_replicates_in_order(
     primary_kind, replica_kinds = MIXES[mix]
     primary = stores.new(primary_kind)
     replicas = [stores.new(k) for k in replica_kinds]
-    cp = stores.replicated(primary, replicas)
+    specs = [as_url(k, r) for k, r in zip(replica_kinds, replicas, strict=True)] if (
+        mix.endswith(":process")) else replicas
+    cp = stores.replicated(primary, specs)
     api = Calls(cp, mode, loop_thread)
     chat = chat_graph().compile(checkpointer=cp)
     approval = approval_graph().compile(checkpointer=cp)
@@ -687,3 +700,31 @@ def test_writes_after_close_are_refused(stores: Stores) -> None:
         cp.put(*a_checkpoint(cp, "t2", 0, log=["b"]))
     assert primary.get_tuple(cfg("t2")) is None
     assert replica.get_tuple(cfg("t")) is not None  # what came before close was applied
+
+
+def test_process_replicas_quorum_and_an_unreachable_one(stores: Stores) -> None:
+    """URL replicas in the replicator process: a quorum write returns once they hold it; one
+    that cannot be reached is reported down there, and the primary's writes go on."""
+    primary, redis_replica = stores.new("postgres"), stores.new("redis")
+    cp = stores.replicated(primary, [as_url("redis", redis_replica)], "quorum")
+    cp.put(*a_checkpoint(cp, "q", 0, log=["a"]))
+    assert redis_replica.get_tuple(cfg("q")) is not None  # confirmed before put returned
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    lagging = stores.replicated(primary, [dead], names=["gone"])
+    lagging.put(*a_checkpoint(lagging, "l", 0, log=["b"]))
+    deadline = time.monotonic() + 10
+    while lagging.status().replicas[0].up and time.monotonic() < deadline:
+        time.sleep(0.05)
+    status = lagging.status().replicas[0]
+    assert not status.up and status.queued == 1 and status.last_error, status
+    assert primary.get_tuple(cfg("l")) is not None
+
+
+def test_a_bad_replica_url_is_refused_when_built(stores: Stores) -> None:
+    primary = stores.new("sqlite")
+    with pytest.raises(InvalidConfigError, match="replica URL"):
+        ReplicatedCheckpointer(primary, ["memory://"])
+    with pytest.raises(InvalidConfigError, match="replica URL"):
+        ReplicatedCheckpointer(primary, ["mysql://h/db"])
+    with pytest.raises(InvalidConfigError, match="could not be opened"):
+        ReplicatedCheckpointer(primary, [("sqlite:///x.db", {"no_such_option": 1})])

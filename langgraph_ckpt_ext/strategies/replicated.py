@@ -59,12 +59,21 @@ _CALLER_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+# SQLSTATE classes (asyncpg's and psycopg's `exc.sqlstate`) of a server that answered and
+# refused this request, as it would refuse it again: data exception (e.g. a NUL byte in a
+# thread id), integrity constraint violation, program limit exceeded.
+_REFUSED_SQLSTATES = ("22", "23", "54")
+
+
 def _unavailable(exc: BaseException) -> bool:
     """Whether an error means the store could not be reached (or served) rather than a bad
     request: connection errors, timeouts, and anything a driver raises that is not a caller
-    error."""
+    error (nor a SQL error that refuses the request itself)."""
     if isinstance(exc, ConnectionError | TimeoutError | OSError):
         return True
+    sqlstate = getattr(exc, "sqlstate", None)
+    if isinstance(sqlstate, str) and sqlstate[:2] in _REFUSED_SQLSTATES:
+        return False
     return isinstance(exc, Exception) and not isinstance(exc, _CALLER_ERRORS)
 
 
@@ -131,6 +140,7 @@ class _Op:
     threads: tuple[str, ...]  # the threads it touches (none known: delete_runs)
     at: float
     ack: _Ack | None = None
+    seq: int = 0  # its place in the primary's order
 
 
 @dataclass
@@ -442,7 +452,11 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
     Args:
         primary: where every write goes first and every read goes (ours or any
             `BaseCheckpointSaver`).
-        replicas: one or more checkpointers (any backend) kept equal to the primary.
+        replicas: one or more checkpointers (any backend) kept equal to the primary. A replica
+            given as a URL (`"redis://..."`, `"sqlite:///replica.db"`, `"postgresql://..."`,
+            or `(url, options)` with options for `connect`) is applied in a process of its
+            own, which takes that work off this process's GIL (see `_replicator.py`); a
+            checkpointer object is applied by a thread of this process.
         consistency: `"async"`: a write returns once the primary has it; replicas follow
             from their queues, and a replica's failure never fails the write. `"quorum"`: a
             write returns once the primary and `quorum` replicas have it; with fewer replicas
@@ -468,7 +482,7 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
     def __init__(
         self,
         primary: BaseCheckpointSaver[Any],
-        replicas: Sequence[BaseCheckpointSaver[Any]],
+        replicas: Sequence[BaseCheckpointSaver[Any] | str | tuple[str, dict[str, Any]]],
         consistency: Consistency = "async",
         *,
         quorum: int = 1,
@@ -483,10 +497,8 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
     ) -> None:
         if not isinstance(primary, BaseCheckpointSaver):
             raise InvalidConfigError(f"primary must be a BaseCheckpointSaver, got {primary!r}")
-        replicas = list(replicas)
+        replicas = [_replica_spec(r) for r in replicas]
         for r in replicas:
-            if not isinstance(r, BaseCheckpointSaver):
-                raise InvalidConfigError(f"each replica must be a BaseCheckpointSaver, got {r!r}")
             if r is primary:
                 raise InvalidConfigError("a replica is the primary itself: replicas must be "
                                          "other checkpointers")
@@ -520,7 +532,22 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         self.repair_interval = repair_interval
         self.failover_reads, self.promote = failover_reads, promote
         self.retry_primary_after = retry_primary_after
-        self._replicas = [_Replica(n, r, self) for n, r in zip(names, replicas, strict=True)]
+        self._seq = 0
+        self._replicator: Any = None
+        self._replicas: list[Any] = []
+        urls: list[tuple[str, str, dict[str, Any]]] = []
+        for n, r in zip(names, replicas, strict=True):
+            if isinstance(r, tuple):
+                from ._replicator import ProcessReplica
+
+                self._replicas.append(ProcessReplica(n, len(urls), r[0], r[1], self))
+                urls.append((n, r[0], r[1]))
+            else:
+                self._replicas.append(_Replica(n, r, self))
+        if urls:
+            from ._replicator import Replicator
+
+            self._replicator = Replicator(urls, self._on_events)
         self._lock = threading.Lock()  # the order ops are queued in: the primary's
         self._primary_down_until = 0.0
         self._primary_error: BaseException | None = None
@@ -578,9 +605,26 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         ack = _Ack(self.quorum, len(self._replicas)) if self.consistency == "quorum" else None
         op = _Op(kind, args, threads, time.monotonic(), ack)
         with self._lock:
+            self._seq += 1
+            op.seq = self._seq
+            targets = []
             for r in self._replicas:
                 r.push(op, self.max_wait)
+                if r.thread is None and hasattr(r, "index"):  # applied in the child
+                    targets.append(r.index)
+            if self._replicator is not None:
+                self._replicator.ship(op, targets)
         return ack
+
+    def _on_events(self, events: list[Any]) -> None:
+        """What the replicator process's replicas did (its reader thread)."""
+        by_index = {r.index: r for r in self._replicas
+                    if r.thread is None and hasattr(r, "index")}
+        for kind, index, *rest in events:
+            r = by_index.get(index)
+            if r is not None:
+                with r.cond:
+                    r.event(kind, *rest)
 
     def _confirmed(self, ack: _Ack | None, done: bool) -> None:
         if ack is None:
@@ -757,13 +801,18 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
 
     # -- the primary, and failing over ------------------------------------------------------
 
-    def _primary_down(self, exc: BaseException) -> None:
-        self._primary_down_until = time.monotonic() + self.retry_primary_after
-        self._primary_error = exc
+    def _primary_down(self, exc: BaseException, failed: BaseCheckpointSaver[Any]) -> None:
+        with self._lock:  # atomic with a promotion (which clears this)
+            if self.primary is failed:  # not a primary a concurrent call has since replaced
+                self._primary_down_until = time.monotonic() + self.retry_primary_after
+                self._primary_error = exc
 
-    def _fallback(self, write: bool, cause: BaseException | None) -> BaseCheckpointSaver[Any]:
-        """Where a call goes while the primary is down: a replica for reads (failover), or,
-        for writes, a promoted replica; else `PrimaryUnavailableError`."""
+    def _fallback(self, write: bool, cause: BaseException | None,
+                  failed: BaseCheckpointSaver[Any]) -> BaseCheckpointSaver[Any]:
+        """Where a call goes while the primary (`failed`) is down: a replica for reads
+        (failover), or, for writes, a promoted replica; else `PrimaryUnavailableError`."""
+        if self.primary is not failed:  # a concurrent call has promoted a replica meanwhile
+            return self.primary
         why = _describe(cause) if cause is not None else "down"
         if write and not self.promote:
             raise PrimaryUnavailableError(
@@ -778,7 +827,7 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
             raise PrimaryUnavailableError(
                 f"the primary is unreachable ({why}) and no replica is up") from cause
         if write:
-            self._promote(best)
+            self._promote(best, failed)
             return self.primary
         return best.saver
 
@@ -788,49 +837,56 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         up.sort(key=lambda r: (r.repair_all or bool(r.to_repair), len(r.queue)))
         return up[0] if up else None
 
-    def _promote(self, replica: _Replica) -> None:
-        """Make `replica` the primary: what is queued for it is applied first; the old primary
-        becomes a replica under the same name, marked for a full repair."""
+    def _promote(self, replica: _Replica, failed: BaseCheckpointSaver[Any]) -> None:
+        """Make `replica` the primary in place of `failed`: what is queued for it is applied
+        first; the old primary becomes a replica under the same name, marked for a full
+        repair."""
         with self._lock:
+            if self.primary is not failed:  # promoted by a concurrent call meanwhile
+                return
             deadline = time.monotonic() + self.max_wait
             with replica.cond:
                 while not replica.drained() and replica.up and time.monotonic() < deadline:
                     replica.cond.wait(0.05)
             replica.stop()
             old = self.primary
+            # The old primary's down window goes first: a call that sees the new primary must
+            # not see that window (it would promote another replica in its place).
+            self._primary_down_until = 0.0
+            self._primary_error = None
             self.primary = replica.saver
             demoted = _Replica(replica.name, old, self)
             demoted.up = False
             demoted.repair_all = True
             self._replicas[self._replicas.index(replica)] = demoted
             demoted.start()  # probes the old primary until it answers
-            self._primary_down_until = 0.0
-            self._primary_error = None
 
     def _on_primary(self, call: Callable[[BaseCheckpointSaver[Any]], T], write: bool = False) -> T:
+        primary = self.primary
         if time.monotonic() < self._primary_down_until:
-            return call(self._fallback(write, self._primary_error))
+            return call(self._fallback(write, self._primary_error, primary))
         try:
-            return call(self.primary)
+            return call(primary)
         except BaseException as exc:
             if not _unavailable(exc) or not (self._replicas and (
                     self.failover_reads or write)):
                 raise
-            self._primary_down(exc)
-            return call(self._fallback(write, exc))
+            self._primary_down(exc, primary)
+            return call(self._fallback(write, exc, primary))
 
     async def _aon_primary(self, call: Callable[[BaseCheckpointSaver[Any]], Any],
                            write: bool = False) -> Any:
+        primary = self.primary
         if time.monotonic() < self._primary_down_until:
-            return await call(self._fallback(write, self._primary_error))
+            return await call(self._fallback(write, self._primary_error, primary))
         try:
-            return await call(self.primary)
+            return await call(primary)
         except BaseException as exc:
             if not _unavailable(exc) or not (self._replicas and (
                     self.failover_reads or write)):
                 raise
-            self._primary_down(exc)
-            return await call(self._fallback(write, exc))
+            self._primary_down(exc, primary)
+            return await call(self._fallback(write, exc, primary))
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -968,6 +1024,11 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         for r in self._replicas:
             if r.thread is not None:
                 r.thread.join(timeout=5)
+        if self._replicator is not None:
+            self._replicator.close()
+        for r in self._replicas:
+            if hasattr(r, "close"):  # the reader a URL replica opened here
+                r.close()
         if self._repairer is not None and self._repairer is not threading.current_thread():
             self._repairer.join(timeout=5)  # before the caller closes the stores it reads
 
@@ -985,6 +1046,24 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _replica_spec(r: Any) -> Any:
+    """A replica as given: a checkpointer, or `(url, options)` for the replicator process."""
+    if isinstance(r, BaseCheckpointSaver):
+        return r
+    if isinstance(r, str):
+        r = (r, {})
+    if (isinstance(r, tuple) and len(r) == 2 and isinstance(r[0], str)
+            and isinstance(r[1], dict)):
+        scheme = r[0].partition("://")[0]
+        if scheme not in ("sqlite", "postgres", "postgresql", "redis", "rediss"):
+            raise InvalidConfigError(
+                f"a replica URL must be sqlite:///..., postgresql://... or redis://..., got "
+                f"{r[0]!r} (a memory:// replica in another process would be lost with it)")
+        return r
+    raise InvalidConfigError(
+        f"each replica must be a BaseCheckpointSaver, a URL or (url, options), got {r!r}")
 
 
 # -- listing helpers --------------------------------------------------------------------------

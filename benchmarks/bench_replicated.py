@@ -1,0 +1,314 @@
+"""Benchmark: ReplicatedCheckpointer's consistency modes against the bare primary.
+
+The agent of `bench_sqlite.py` (agent -> tool -> agent per turn, ~500-byte messages, a tool call
+each turn, five checkpoints per turn with LangGraph's default durability="async"), THREADS
+threads x TURNS turns with `ainvoke` (default 16 x 20, best of 3 rounds), at concurrency 1
+(threads one after another) and, with `--concurrency 1 16`, also 16 turns of different threads
+in flight. The primary is always a `PostgresCheckpointer`; the replicas a `RedisCheckpointer`
+and a `SQLiteCheckpointer` (`synchronous=FULL`). Variants, interleaved round by round, each on
+fresh storage (a PostgreSQL schema, a Redis key prefix, a temp SQLite file; all removed after
+the variant's run, on error as well):
+
+  bare          the PostgresCheckpointer as the graph's checkpointer
+  async         ReplicatedCheckpointer(pg, [redis, sqlite], "async")
+  quorum        the same, consistency="quorum", quorum=1 (the faster replica confirms)
+  quorum-2      quorum=2 (both replicas confirm every write)
+  anti_entropy  "anti_entropy", repair_interval=2 s (a background `repair()` every 2 s;
+                `--repair-interval`, 0.5 s with --quick so that one runs in a short run)
+  async-proc    "async" with the replicas given as URLs: applied by a replicator process,
+                off the graph's GIL (its CPU is printed apart: "replicator process")
+  quorum-proc   the same, "quorum", quorum=1
+
+Per variant (best of `--rounds` by turns/s; cpu, flush and queue columns: mean over rounds):
+
+  turns/s, ckpt/s   turns, and checkpoints stored on the primary, per second of the run (the
+                    final flush excluded: what the graph's caller sees)
+  p50/p99 ms        per `ainvoke` (one turn)
+  cpu ms            process CPU per turn (`time.process_time`: every thread of the process, so
+                    the replicas' worker threads and their private event loops too), the final
+                    flush included
+  queued            ops still queued for the replicas when the last turn returned (sum)
+  flush ms          how long `aflush()` then took: the replication lag left at the end
+  repairs           anti_entropy: background repairs that ran during the run, and what they
+                    copied or rebuilt (nothing, when replication keeps up)
+
+After the flush (and, for anti_entropy, once a repair still running has finished) the
+checkpoints of every thread are counted with `alist` on the primary and on each replica; the
+counts are printed and must be equal (OK / MISMATCH). Then, per wrapper mode, its throughput
+as a fraction of bare's and the cost in percent (target < 15%).
+
+Run: `python benchmarks/bench_replicated.py [--quick] [--threads N] [--turns N] [--rounds N]
+[--concurrency 1 16] [--repair-interval S] [--dsn URL] [--redis-url URL]`. `--quick`: 4 threads
+x 8 turns, 2 rounds (a smoke run of under a minute). Numbers move with the machine's load (every
+thread of the wrapper shares the GIL with the graph's event loop): compare the variants of one
+run on a quiet machine, not runs of different days.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from langchain_core.messages import HumanMessage
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_sqlite import build_graph, text
+from places import drop
+
+from langgraph_ckpt_ext import (
+    PostgresCheckpointer,
+    RedisCheckpointer,
+    ReplicatedCheckpointer,
+    SQLiteCheckpointer,
+)
+
+REPLICAS = ("redis", "sqlite")
+
+# variant -> (consistency, ReplicatedCheckpointer options); None: the bare primary
+VARIANTS: dict[str, tuple[str, dict[str, Any]] | None] = {
+    "bare": None,
+    "async": ("async", {}),
+    "quorum": ("quorum", {"quorum": 1}),
+    "quorum-2": ("quorum", {"quorum": 2}),
+    "anti_entropy": ("anti_entropy", {}),  # repair_interval: --repair-interval
+    # The replicas given as URLs: applied in a replicator process of their own.
+    "async-proc": ("async", {"process": True}),
+    "quorum-proc": ("quorum", {"quorum": 1, "process": True}),
+}
+
+
+def child_cpu(wrapper: ReplicatedCheckpointer) -> float:
+    """CPU seconds the replicator process has used so far (Linux /proc; 0 when none)."""
+    replicator = wrapper._replicator
+    if replicator is None:
+        return 0.0
+    fields = Path(f"/proc/{replicator.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def count(saver: Any, tids: list[str]) -> int:
+    n = 0
+    for tid in tids:
+        n += len([c async for c in saver.alist({"configurable": {"thread_id": tid}})])
+    return n
+
+
+def count_repairs(saver: ReplicatedCheckpointer, log: list[tuple[float, Any]]) -> None:
+    """Record the background repairs (anti_entropy calls `self.repair()`: an attribute of the
+    instance shadows the method)."""
+    method = saver.repair
+
+    def repair(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        report = method(*args, **kwargs)
+        log.append((time.perf_counter() - t0, report))
+        return report
+
+    saver.repair = repair  # type: ignore[method-assign]
+
+
+async def run_variant(variant: str, args: argparse.Namespace, concurrency: int
+                      ) -> dict[str, Any]:
+    place = f"lgxrepl_{uuid.uuid4().hex[:10]}"  # the PG schema and the Redis key prefix
+    tmp = tempfile.TemporaryDirectory(prefix="lgxrepl_")
+    mode = VARIANTS[variant]
+    opened: list[Any] = []
+    wrapper: ReplicatedCheckpointer | None = None
+    repairs: list[tuple[float, Any]] = []
+    tids = [f"thread-{i}" for i in range(args.threads)]
+    lat: list[float] = []
+    try:
+        primary = PostgresCheckpointer(args.dsn, schema=place, setup=False)
+        opened.append(primary)
+        await primary.asetup()
+        saver: Any = primary
+        if mode is not None:
+            redis = RedisCheckpointer(args.redis_url, key_prefix=place, setup=False)
+            opened.append(redis)
+            await redis.asetup()
+            sqlite = SQLiteCheckpointer(Path(tmp.name) / "replica.db", setup=False)
+            opened.append(sqlite)
+            await sqlite.asetup()
+            consistency, options = mode
+            if consistency == "anti_entropy":
+                options = {**options, "repair_interval": args.repair_interval}
+            replicas: list[Any] = [redis, sqlite]
+            if options.get("process"):
+                options = {k: v for k, v in options.items() if k != "process"}
+                replicas = [(args.redis_url, {"key_prefix": place}),
+                            f"sqlite:///{Path(tmp.name) / 'replica.db'}"]
+            wrapper = saver = ReplicatedCheckpointer(
+                primary, replicas, consistency, names=list(REPLICAS), **options)
+            count_repairs(wrapper, repairs)
+        graph = build_graph(saver)
+        gate = asyncio.Semaphore(concurrency)
+
+        async def run_thread(tid: str) -> None:
+            for k in range(args.turns):
+                human = HumanMessage(content=text(f"question {tid}/{k}"), id=f"{tid}/{k}:human")
+                async with gate:
+                    s = time.perf_counter()
+                    await graph.ainvoke({"messages": [human]}, {"configurable": {"thread_id": tid}})
+                    lat.append(time.perf_counter() - s)
+
+        gc.collect()
+        child0 = child_cpu(wrapper) if wrapper is not None else 0.0
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        if concurrency == 1:
+            for tid in tids:
+                await run_thread(tid)
+        else:
+            await asyncio.gather(*(run_thread(tid) for tid in tids))
+        seconds = time.perf_counter() - t0
+        queued, flush = 0, 0.0
+        if wrapper is not None:
+            queued = sum(r.queued for r in wrapper.status().replicas)
+            f0 = time.perf_counter()
+            flushed = await wrapper.aflush(timeout=120)
+            flush = time.perf_counter() - f0
+            if not flushed:
+                print(f"  [{variant}] aflush timed out after 120 s", file=sys.stderr)
+        cpu = time.process_time() - cpu0
+        child = child_cpu(wrapper) - child0 if wrapper is not None else 0.0
+        status = None
+        if wrapper is not None:
+            status = wrapper.status()
+            await wrapper.aclose()  # flushes again (nothing left), stops the workers
+            if wrapper._repairer is not None:  # let a background repair still running finish
+                await asyncio.to_thread(wrapper._repairer.join, 60)
+        counts = [await count(s, tids) for s in opened]
+    finally:
+        if wrapper is not None:
+            with contextlib.suppress(Exception):
+                await wrapper.aclose()
+        for s in reversed(opened):
+            with contextlib.suppress(Exception):
+                await s.aclose()
+        with contextlib.suppress(Exception):
+            await drop("postgres", place, args)
+        if mode is not None:
+            with contextlib.suppress(Exception):
+                await drop("redis", place, args)
+        tmp.cleanup()
+    turns = args.threads * args.turns
+    lat.sort()
+    return {
+        "turns_per_s": turns / seconds,
+        "turns_per_s_flushed": turns / (seconds + flush),
+        "checkpoints_per_s": counts[0] / seconds,
+        "p50_ms": 1000 * lat[len(lat) // 2],
+        "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+        "cpu_ms": 1000 * cpu / turns,
+        "child_cpu_ms": 1000 * child / turns,
+        "queued": queued,
+        "flush_ms": 1000 * flush,
+        "counts": counts,
+        "repairs": repairs,
+        "status": status,
+    }
+
+
+def _repairs_note(rows: list[dict[str, Any]]) -> str:
+    runs = [r for row in rows for r in row["repairs"]]
+    if not runs:
+        return "none ran"
+    copied = sum(x.checkpoints_copied + x.writes_copied for _, rep in runs for x in rep.replicas)
+    rebuilt = sum(len(x.threads_rebuilt) for _, rep in runs for x in rep.replicas)
+    skipped = sum(len(x.threads_skipped) for _, rep in runs for x in rep.replicas)
+    errors = [x.error for _, rep in runs for x in rep.replicas if x.error]
+    closed = sum(e == "closed" for e in errors)  # a repair stopped by close() at the end
+    errors = [e for e in errors if e != "closed"]
+    ms = [1000 * s for s, _ in runs]
+    return (f"{len(runs)} ran over {len(rows)} round(s), {statistics.fmean(ms):.0f} ms each on "
+            f"average (longest {max(ms):.0f} ms); {copied} checkpoints+writes copied, {rebuilt} "
+            f"threads rebuilt, {skipped} skipped (busy)"
+            + (f", {closed} replica pass(es) stopped by close()" if closed else "")
+            + (f"; errors: {errors[:2]}" if errors else ""))
+
+
+async def run(args: argparse.Namespace, concurrency: int) -> None:
+    results: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+    for _ in range(args.rounds):
+        for variant in VARIANTS:
+            results[variant].append(await run_variant(variant, args, concurrency))
+    inflight = min(concurrency, args.threads)
+    note = "" if inflight == concurrency else f" ({inflight} in flight: one turn per thread)"
+    print(f"\n[concurrency {concurrency}{note}] {args.threads} threads x {args.turns} turns, "
+          f"primary PostgreSQL, replicas {' + '.join(REPLICAS)}; best of {args.rounds} "
+          "interleaved rounds (cpu, queued, flush: mean)")
+    print(f"{'variant':<13} {'turns/s':>8} {'ckpt/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
+          f"{'cpu ms':>7} {'queued':>7} {'flush ms':>8}  checkpoints after flush "
+          f"(primary/{'/'.join(REPLICAS)})")
+    best: dict[str, dict[str, Any]] = {}
+    for variant, rows in results.items():
+        b = max(rows, key=lambda r: r["turns_per_s"])
+        mean = {k: statistics.fmean(r[k] for r in rows)
+                for k in ("cpu_ms", "child_cpu_ms", "queued", "flush_ms")}
+        best[variant] = {**b, **mean}
+        bad = [r["counts"] for r in rows if len(set(r["counts"])) != 1]
+        counts = "/".join(map(str, (bad[0] if bad else b["counts"])))
+        check = "" if VARIANTS[variant] is None else (
+            f" MISMATCH (in {len(bad)} of {len(rows)} rounds)" if bad else " OK")
+        wrapper = VARIANTS[variant] is not None
+        print(f"{variant:<13} {b['turns_per_s']:>8.1f} {b['checkpoints_per_s']:>7.0f} "
+              f"{b['p50_ms']:>7.2f} {b['p99_ms']:>7.2f} {mean['cpu_ms']:>7.2f} "
+              + (f"{mean['queued']:>7.0f} {mean['flush_ms']:>8.1f}" if wrapper else f"{'-':>7} {'-':>8}")
+              + f"  {counts}{check}"
+              + (f"  (replicator process: {mean['child_cpu_ms']:.2f} cpu ms/turn)"
+                 if mean["child_cpu_ms"] else ""))
+        if bad:
+            for r in rows:
+                if r["status"] is not None and len(set(r["counts"])) != 1:
+                    print("    " + str(r["status"]).replace("\n", "\n    "))
+    print(f"anti_entropy background repairs (every {args.repair_interval:g} s): "
+          f"{_repairs_note(results['anti_entropy'])}")
+    base = best["bare"]
+    for variant, row in best.items():
+        if VARIANTS[variant] is None:
+            continue
+        frac = row["turns_per_s"] / base["turns_per_s"]
+        frac_flushed = row["turns_per_s_flushed"] / base["turns_per_s"]
+        cpu = row["cpu_ms"] / base["cpu_ms"]
+        print(f"{variant} runs at {frac:.2f}x the bare primary's turns/s: it costs "
+              f"{100 * (1 - frac):.1f}% of its throughput (target < 15%); "
+              f"{100 * (1 - frac_flushed):.1f}% counting the final flush; "
+              f"p50 {row['p50_ms'] / base['p50_ms']:.2f}x, cpu per turn {cpu:.2f}x")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--dsn", default=os.environ.get(
+        "LGCKPT_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test"))
+    p.add_argument("--redis-url", default=os.environ.get(
+        "LGCKPT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    p.add_argument("--threads", type=int, default=16)
+    p.add_argument("--turns", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1],
+                   help="turns in flight at once; several values run one after another "
+                        "(default: 1; e.g. --concurrency 1 16)")
+    p.add_argument("--repair-interval", type=float, default=None,
+                   help="anti_entropy: seconds between background repairs (default 2; quick 0.5)")
+    p.add_argument("--quick", action="store_true",
+                   help="4 threads x 8 turns, 2 rounds, a repair every 0.5 s")
+    args = p.parse_args()
+    if args.quick:
+        args.threads, args.turns, args.rounds = 4, 8, 2
+    if args.repair_interval is None:
+        args.repair_interval = 0.5 if args.quick else 2.0
+    for concurrency in args.concurrency:
+        asyncio.run(run(args, concurrency))
+
+
+if __name__ == "__main__":
+    main()
