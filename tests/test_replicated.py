@@ -626,8 +626,8 @@ def test_bad_options_are_refused_when_built(stores: Stores) -> None:
         ({"max_queue": 0}, "max_queue must be >= 1, got 0"),
         ({"names": ["one"]}, "names must give each replica a different name"),
         ({"names": ["same", "same"]}, "names must give each replica a different name"),
-        ({"replicas": [r0, "redis://localhost"]},
-         "each replica must be a BaseCheckpointSaver, got 'redis://localhost'"),
+        ({"replicas": [r0, 12345]},
+         r"each replica must be a BaseCheckpointSaver, a URL or \(url, options\), got 12345"),
         ({"primary": object()}, "primary must be a BaseCheckpointSaver"),
     ]
     for options, message in cases:

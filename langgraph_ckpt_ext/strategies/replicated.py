@@ -461,7 +461,9 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
             from their queues, and a replica's failure never fails the write. `"quorum"`: a
             write returns once the primary and `quorum` replicas have it; with fewer replicas
             up, it fails before the primary is touched. `"anti_entropy"`: `"async"`, plus a
-            `repair()` every `repair_interval` seconds in the background.
+            `repair()` every `repair_interval` seconds in the background: of the threads
+            written since the last one (and those marked for repair), and of every thread
+            each `full_repair_every` passes.
         quorum: the replicas a `"quorum"` write waits for (default 1).
         max_queue: operations queued per replica; when full, a write waits up to
             `max_wait` seconds for room (backpressure), then the queue is dropped and the
@@ -490,6 +492,7 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         max_wait: float = 5.0,
         quorum_timeout: float = 30.0,
         repair_interval: float = 60.0,
+        full_repair_every: int = 10,
         failover_reads: bool = True,
         promote: bool = False,
         retry_primary_after: float = 1.0,
@@ -530,6 +533,9 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         self.quorum = quorum
         self.max_queue, self.max_wait, self.quorum_timeout = max_queue, max_wait, quorum_timeout
         self.repair_interval = repair_interval
+        self.full_repair_every = max(1, int(full_repair_every))
+        # Threads written since the last background repair (None: a write named no thread).
+        self._written: set[str] | None = set()
         self.failover_reads, self.promote = failover_reads, promote
         self.retry_primary_after = retry_primary_after
         self._seq = 0
@@ -607,6 +613,11 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         with self._lock:
             self._seq += 1
             op.seq = self._seq
+            if self._repairer is not None:
+                if not threads or kind == "delete_runs":
+                    self._written = None
+                elif self._written is not None:
+                    self._written.update(threads)
             targets = []
             for r in self._replicas:
                 r.push(op, self.max_wait)
@@ -1010,9 +1021,29 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         return report
 
     def _anti_entropy(self) -> None:
+        """Every `repair_interval`: repair the threads written since the last pass and those
+        marked for repair; every `full_repair_every` passes (and when a write named no thread),
+        every thread (a replica may also lose data no write of ours tells of: a restart)."""
+        passes = 0
         while not self._closed.wait(self.repair_interval):
-            with contextlib.suppress(Exception):  # reported in each replica's status
-                self.repair()
+            passes += 1
+            with self._lock:
+                written, self._written = self._written, set()
+            full = written is None or passes % self.full_repair_every == 0
+            marked = set().union(*(r.to_repair for r in self._replicas))
+            if not full and not written and not marked and not any(
+                    r.repair_all for r in self._replicas):
+                continue
+            if any(r.repair_all for r in self._replicas):
+                full = True
+            try:
+                report = self.repair(None if full else sorted((written or set()) | marked))
+            except Exception:  # reported in each replica's status; tried again next pass
+                continue
+            busy = {t for r in report.replicas for t in r.threads_skipped}
+            with self._lock:  # compared again next time
+                if self._written is not None:
+                    self._written |= busy
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Apply what is queued (up to `timeout` s), then stop the workers and the background
