@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import threading
 import time
 from collections import Counter, deque
@@ -32,7 +31,7 @@ from langgraph.checkpoint.base import (
     copy_checkpoint,
 )
 
-from ..core.config import checkpoint_ns_of, thread_id_of
+from ..core.config import thread_id_of
 from ..core.errors import (
     CheckpointNotFoundError,
     InvalidConfigError,
@@ -989,7 +988,9 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
             if only is not None:
                 threads = sorted(set(map(str, only)))
             else:
-                threads = sorted(set(_thread_ids(self.primary)) | set(_thread_ids(replica.saver)))
+                from ..transfer import thread_ids
+
+                threads = sorted(set(thread_ids(self.primary)) | set(thread_ids(replica.saver)))
             for n, thread_id in enumerate(threads, 1):
                 if self._closed.is_set() and threading.current_thread() is self._repairer:
                     report.error = "closed"  # the background repair stops with close()
@@ -1124,57 +1125,13 @@ async def _astarted(it: AsyncIterator[CheckpointTuple]
 # -- repair -----------------------------------------------------------------------------------
 
 
-def _thread_ids(saver: BaseCheckpointSaver[Any]) -> list[str]:
-    ids = getattr(saver, "thread_ids", None)
-    if callable(ids):
-        return [str(t) for t in ids()]
-    seen: dict[str, None] = {}
-    for tup in saver.list(None):
-        seen[str(tup.config["configurable"]["thread_id"])] = None
-    return list(seen)
-
-
-def _digest(serde: Any, *parts: Any) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        kind, data = serde.dumps_typed(part)
-        h.update(kind.encode() + b"\0" + data + b"\0")
-    return h.hexdigest()
-
-
-def _sorted(d: Mapping[str, Any] | None) -> list[tuple[str, Any]]:
-    return sorted((d or {}).items())
-
-
-def _key(tup: CheckpointTuple) -> tuple[str, str]:
-    return (checkpoint_ns_of(tup.config), str(tup.checkpoint["id"]))
-
-
-def _header_hash(serde: Any, tup: CheckpointTuple) -> str:
-    """A checkpoint's content, independent of the backend that returns it."""
-    cp = tup.checkpoint
-    parent = None if tup.parent_config is None else tup.parent_config["configurable"].get(
-        "checkpoint_id")
-    metadata = {k: v for k, v in (tup.metadata or {}).items() if k != "audit"}
-    return _digest(
-        serde, [parent, cp.get("ts")], _sorted(cp.get("channel_versions")),
-        [(ch, _sorted(v)) for ch, v in _sorted(cp.get("versions_seen"))],
-        [ch for ch, _ in _sorted(cp.get("channel_values"))],
-        *(v for _, v in _sorted(cp.get("channel_values"))), _sorted(metadata),
-    )
-
-
-def _writes_hashes(serde: Any, tup: CheckpointTuple) -> Counter[tuple[str, str]]:
-    """Pending writes as a multiset of (task id, hash of channel and value)."""
-    return Counter((str(t), _digest(serde, c, v)) for t, c, v in tup.pending_writes or [])
-
-
 def _repair_thread(primary: BaseCheckpointSaver[Any], replica: BaseCheckpointSaver[Any],
                    thread_id: str, report: ReplicaRepair) -> None:
-    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
-    serde = primary.serde
-    source = list(primary.list(config))
-    target = {_key(t): t for t in replica.list(config)}
+    """One thread: compared and written by `transfer` (the same code as `lgckpt copy`)."""
+    from ..transfer import diff_thread, put_thread, thread_tuples
+
+    source = thread_tuples(primary, thread_id)
+    target = thread_tuples(replica, thread_id)
     report.threads_checked += 1
     if not source:
         if target:
@@ -1183,55 +1140,13 @@ def _repair_thread(primary: BaseCheckpointSaver[Any], replica: BaseCheckpointSav
         else:
             report.threads_equal += 1
         return
-    wanted = {_key(t) for t in source}
-    rebuild = any(k not in wanted for k in target)
-    # (checkpoint, its header too, the tasks whose writes are copied: None for all)
-    copies: list[tuple[CheckpointTuple, bool, set[str] | None]] = []
-    if not rebuild:
-        for tup in source:
-            held = target.get(_key(tup))
-            if held is None:
-                copies.append((tup, True, None))
-                continue
-            if _header_hash(serde, tup) != _header_hash(serde, held):
-                rebuild = True
-                break
-            mine, theirs = _writes_hashes(serde, tup), _writes_hashes(serde, held)
-            if theirs - mine:  # writes the primary does not hold
-                rebuild = True
-                break
-            if mine - theirs:  # only the tasks with writes missing, counted once
-                copies.append((tup, False, {t for t, _ in mine - theirs}))
-    if rebuild:
-        replica.delete_thread(thread_id)
-        report.threads_rebuilt.append(thread_id)
-        copies = [(t, True, None) for t in source]
-        target = {}
-    if not copies:
+    d = diff_thread(primary.serde, thread_id, source, target)
+    if d.equal:
         report.threads_equal += 1
         return
-    by_key = {_key(t): t for t in source}
-    for tup, header, only_tasks in reversed(copies):  # oldest first: parents before children
-        ns, checkpoint_id = _key(tup)
-        if header:
-            parent_id = None if tup.parent_config is None else tup.parent_config[
-                "configurable"].get("checkpoint_id")
-            parent = by_key.get((ns, str(parent_id)))
-            versions = tup.checkpoint.get("channel_versions") or {}
-            before = (parent.checkpoint.get("channel_versions") or {}) if parent else {}
-            new_versions = {ch: v for ch, v in versions.items() if before.get(ch) != v}
-            put_config: RunnableConfig = {"configurable": {
-                "thread_id": thread_id, "checkpoint_ns": ns,
-                **({"checkpoint_id": parent_id} if parent_id else {}),
-            }}
-            replica.put(put_config, tup.checkpoint, tup.metadata, new_versions)
-            report.checkpoints_copied += 1
-        tasks: dict[str, list[tuple[str, Any]]] = {}
-        for task_id, channel, value in tup.pending_writes or []:
-            if only_tasks is None or str(task_id) in only_tasks:
-                tasks.setdefault(str(task_id), []).append((channel, value))
-        at: RunnableConfig = {"configurable": {
-            "thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
-        for task_id, writes in tasks.items():
-            replica.put_writes(at, writes, task_id)
-            report.writes_copied += len(writes)
+    if d.conflict is not None:  # held things the primary does not: written again whole
+        replica.delete_thread(thread_id)
+        report.threads_rebuilt.append(thread_id)
+    checkpoints, writes = put_thread(replica, thread_id, source, d.missing)
+    report.checkpoints_copied += checkpoints
+    report.writes_copied += writes

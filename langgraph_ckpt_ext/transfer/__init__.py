@@ -1,0 +1,68 @@
+"""Moving threads between checkpointers: compare, copy, export, import.
+
+Works on any `BaseCheckpointSaver` through LangGraph's own read and write API (`list`, `put`,
+`put_writes`), so a thread moves between any two of our backends, from LangGraph's official
+savers (`open_official`), and through a JSON Lines file (`export_threads` / `import_jsonl`).
+
+A thread is compared by checkpoint ids and content hashes (values, metadata, pending writes),
+never by how a backend stores it. A copy writes checkpoints oldest first (a parent before its
+children), each with the channel versions that changed since its parent, so that the target
+stores each value once; into one of our checkpointers it writes a whole thread in one batch
+(one transaction, statement or script), so a copy cut short never leaves half a thread.
+
+    from langgraph_ckpt_ext import connect
+    from langgraph_ckpt_ext.transfer import copy_threads, open_official
+
+    with open_official("sqlite:///langgraph.db") as source:
+        report = copy_threads(source, connect("postgresql://localhost/app"))
+    print(report.summary())
+"""
+
+from .copy import CopyReport, Progress, acopy_threads, copy_threads
+from .jsonl import (
+    FORMAT,
+    FORMAT_VERSION,
+    ExportReport,
+    MalformedExportError,
+    export_threads,
+    import_jsonl,
+    open_jsonl,
+)
+from .official import open_official
+from .threads import (
+    BATCH_SIZE,
+    Missing,
+    ThreadDiff,
+    checkpoint_hash,
+    checkpoint_key,
+    diff_thread,
+    put_thread,
+    thread_ids,
+    thread_tuples,
+    writes_hashes,
+)
+
+__all__ = [
+    "BATCH_SIZE",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "CopyReport",
+    "ExportReport",
+    "MalformedExportError",
+    "Missing",
+    "Progress",
+    "ThreadDiff",
+    "acopy_threads",
+    "checkpoint_hash",
+    "checkpoint_key",
+    "copy_threads",
+    "diff_thread",
+    "export_threads",
+    "import_jsonl",
+    "open_jsonl",
+    "open_official",
+    "put_thread",
+    "thread_ids",
+    "thread_tuples",
+    "writes_hashes",
+]
