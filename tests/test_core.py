@@ -23,11 +23,11 @@ from langgraph_ckpt_ext import InMemoryCheckpointer, SQLiteCheckpointer, connect
 from langgraph_ckpt_ext.backends.sqlite.migrations import LATEST, MIGRATIONS
 from langgraph_ckpt_ext.core.appendlog import AppendLog
 from langgraph_ckpt_ext.core.bridge import Bridge
-from langgraph_ckpt_ext.core.errors import StorageVersionError
+from langgraph_ckpt_ext.core.errors import InvalidConfigError, StorageVersionError
 from langgraph_ckpt_ext.core.filters import matches, validate_filter
 from langgraph_ckpt_ext.core.versions import next_version, version_key
 
-from .conftest import redis_client_for
+from .conftest import cleanup, make_saver, redis_client_for
 from .graphs import chat_graph, human
 
 # -- append-deltas ------------------------------------------------------------------------
@@ -240,6 +240,13 @@ def test_import_loads_no_driver_and_connect_urls(tmp_path: Path) -> None:
     try:
         with connect(PG_DSN, schema=schema) as cp:
             assert isinstance(cp, PostgresCheckpointer) and cp.setup() >= 1
+        # The URL may carry the schema (the driver never sees it); not twice, though.
+        with connect(f"{PG_DSN}?schema={schema}", setup=False) as cp:
+            assert cp.storage_version() >= 1
+        with connect(f"{PG_DSN}?schema=lgx_test_none&sslmode=disable", setup=False) as cp:
+            assert cp.storage_version() == 0
+        with pytest.raises(InvalidConfigError, match="twice"):
+            connect(f"{PG_DSN}?schema={schema}", schema=schema)
     finally:
         drop_pg_schemas(schema)
     from langgraph_ckpt_ext import RedisCheckpointer
@@ -250,6 +257,8 @@ def test_import_loads_no_driver_and_connect_urls(tmp_path: Path) -> None:
     try:
         with connect(REDIS_URL, key_prefix=prefix, ttl=60) as cp:
             assert isinstance(cp, RedisCheckpointer) and cp.setup() == 1 and cp.ttl == 60
+        with connect(f"{REDIS_URL}?key_prefix={prefix}", setup=False) as cp:
+            assert cp.storage_version() == 1
     finally:
         drop_redis_prefixes(prefix)
 
@@ -296,6 +305,37 @@ def test_delta_channel_history_and_prune(saver: Any) -> None:
     assert ours.get_state(config).values == before
     ours.invoke({"events": ["more"]}, config)
     assert ours.get_state(config).values["events"][-2:] == ["more", "e11"]
+
+
+def test_sizes_storage_version_and_prune_plan(saver: Any, backend: str, tmp_path: Path) -> None:
+    """`sizes` counts what is stored, natively on each backend; `storage_version` reads
+    without creating anything; `prune_plan` names what `prune` then deletes."""
+    chat = chat_graph().compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "s"}}
+    for i in range(3):
+        chat.invoke({"messages": [human(f"hello {i}")]}, config)
+    sizes = saver.sizes("s")
+    listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list(config)]
+    rows = {kind: sum(s.rows for s in sizes if s.kind == kind) for kind in ("checkpoint", "blob",
+                                                                          "write")}
+    assert rows["checkpoint"] == len(listed) and rows["blob"] > 0 and rows["write"] > 0
+    assert {"messages", "turns"} <= {s.channel for s in sizes if s.kind == "blob"}
+    assert {"messages", "turns"} <= {s.channel for s in sizes if s.kind == "write"}
+    by_channel = {(s.kind, s.channel): s.bytes for s in sizes}
+    assert by_channel[("checkpoint", "")] > by_channel[("blob", "messages")] > 0
+    assert all(s.checkpoint_ns == "" for s in sizes) and saver.sizes("nobody") == []
+    assert saver.storage_version() == (0 if backend == "memory" else saver.setup())
+    if backend in ("sqlite", "postgres", "redis"):
+        (tmp_path / "fresh").mkdir()
+        with make_saver(backend, tmp_path / "fresh", setup=False) as fresh:
+            assert fresh.storage_version() == 0
+            cleanup(backend, fresh)
+    plan = saver.prune_plan("s")
+    assert plan == [("", cid) for cid in listed[1:]]
+    assert saver.prune_plan("s", strategy="delete") == [("", cid) for cid in listed]
+    saver.prune(["s"])
+    assert [t.config["configurable"]["checkpoint_id"] for t in saver.list(config)] == listed[:1]
+    assert sum(s.rows for s in saver.sizes("s") if s.kind == "checkpoint") == 1
 
 
 # -- SQLite group commit ----------------------------------------------------------------------

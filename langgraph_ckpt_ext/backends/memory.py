@@ -10,7 +10,15 @@ from dataclasses import replace
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..core.codec import writes_order
-from ..core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
+from ..core.rows import (
+    BlobRef,
+    BlobRow,
+    CheckpointRow,
+    ListQuery,
+    MigrationEntry,
+    StoredSize,
+    WriteRow,
+)
 from ..core.saver import StoreCheckpointer
 from ..core.store import BatchItem, GcPlanner, write_in_turn
 from ..migrations import SchemaChain
@@ -258,8 +266,30 @@ class MemoryStore:
             found = [m for m in self.migrations.values() if thread_id in (None, m.thread_id)]
         return sorted(found, key=lambda m: (m.migrated_at, *m.key))
 
+    async def sizes(self, thread_id: str) -> list[StoredSize]:
+        acc: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+
+        def add(key: tuple[str, str, str], n: int) -> None:
+            acc[key][0] += 1
+            acc[key][1] += n
+
+        with self._lock:
+            for (tid, ns), rows in self.checkpoints.items():
+                for r in rows.values() if tid == thread_id else ():
+                    add((ns, "checkpoint", ""), len(r.checkpoint[1]) + len(r.metadata[1]))
+            for (tid, ns), blobs in self.blobs.items():
+                for b in blobs.values() if tid == thread_id else ():
+                    add((ns, "blob", b.channel), len(b.data))
+            for (tid, ns, _), writes in self.writes.items():
+                for w in writes.values() if tid == thread_id else ():
+                    add((ns, "write", w.channel), len(w.data))
+        return [StoredSize(*key, n, size) for key, (n, size) in sorted(acc.items())]
+
     async def migrate(self) -> int:
         return 0  # nothing persists, so there is nothing to migrate
+
+    async def storage_version(self) -> int:
+        return 0
 
     async def close(self) -> None:
         return None

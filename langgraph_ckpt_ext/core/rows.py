@@ -85,6 +85,22 @@ class MigrationEntry:
         return (self.thread_id, self.checkpoint_ns, self.checkpoint_id, self.to_version)
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class StoredSize:
+    """What one part of a thread takes in storage (`Store.sizes`): the rows of one kind, in one
+    namespace, for one channel, and the bytes of their stored values (serialized data as the
+    backend lays it out; keys, indexes and the engine's own overhead are not counted)."""
+
+    checkpoint_ns: str
+    kind: str
+    """`"checkpoint"` (checkpoint records with their metadata), `"blob"` (channel values and
+    append-deltas) or `"write"` (pending writes)."""
+    channel: str
+    """The channel of a blob or a write; `""` for checkpoint records."""
+    rows: int
+    bytes: int
+
+
 @dataclass(frozen=True, slots=True)
 class ListQuery:
     """Which checkpoint rows `Store.iter_checkpoints` yields, newest first."""

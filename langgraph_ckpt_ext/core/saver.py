@@ -50,7 +50,7 @@ from .config import (
 )
 from .errors import InvalidConfigError
 from .filters import matches, validate_filter
-from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery, WriteRow
+from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery, StoredSize, WriteRow
 from .store import BatchItem, BlobKey, Store
 from .versions import (
     Version,
@@ -621,8 +621,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         """Prune threads: `"delete"` removes them; `"keep_latest"` keeps each namespace's newest
         checkpoint, plus the ancestors (and their writes) that its `DeltaChannel`s still need
         to rebuild their values."""
-        if strategy not in ("keep_latest", "delete"):
-            raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
+        _check_strategy(strategy)
         for thread_id in map(str, thread_ids):
             if strategy == "delete":
                 await self._store.delete_thread(thread_id)
@@ -631,6 +630,25 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
                 if victims:
                     await self._store.delete_checkpoints(thread_id, victims, self._plan_gc)
             self._log.forget(thread_id)
+
+    def prune_plan(
+        self, thread_id: str, *, strategy: str = "keep_latest"
+    ) -> builtins.list[tuple[str, str]]:
+        """The `(checkpoint_ns, checkpoint_id)` of the checkpoints `prune([thread_id],
+        strategy=...)` would delete now, newest first; nothing is changed (a dry run)."""
+        return self._sync(self.aprune_plan(thread_id, strategy=strategy))
+
+    async def aprune_plan(
+        self, thread_id: str, *, strategy: str = "keep_latest"
+    ) -> builtins.list[tuple[str, str]]:
+        _check_strategy(strategy)
+        if strategy == "keep_latest":
+            victims = await self._prune_victims(str(thread_id))
+        else:
+            query = ListQuery(thread_id=str(thread_id))
+            victims = [(r.checkpoint_ns, r.checkpoint_id)
+                       async for r in self._store.iter_checkpoints(query)]
+        return sorted(victims, key=lambda v: (v[1], v[0]), reverse=True)
 
     async def _prune_victims(self, thread_id: str) -> builtins.list[tuple[str, str]]:
         rows = [r async for r in self._store.iter_checkpoints(ListQuery(thread_id=thread_id))]
@@ -674,6 +692,31 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
                     base = by_key[key].base_version
                     key = None if base is None else (key[0], key[1], base)
         return [k for k in by_key if k not in live]
+
+    # -- storage ----------------------------------------------------------------------------
+
+    def sizes(self, thread_id: str) -> builtins.list[StoredSize]:
+        """What a thread takes in storage: rows and bytes of stored values per namespace, kind
+        (`checkpoint`, `blob`, `write`) and channel, read natively by the backend (no value is
+        decoded). Empty for a thread with nothing stored.
+
+        Example:
+            >>> sum(s.bytes for s in checkpointer.sizes("t-1"))  # doctest: +SKIP
+            18342
+        """
+        return self._sync(self.asizes(thread_id))
+
+    async def asizes(self, thread_id: str) -> builtins.list[StoredSize]:
+        return await self._store.sizes(str(thread_id))
+
+    def storage_version(self) -> int:
+        """The storage version in force (tables or key layout), creating and changing nothing:
+        0 where `setup()` never ran, so nothing was ever stored there by this package (and
+        always for the in-memory backend, which keeps nothing)."""
+        return self._sync(self.astorage_version())
+
+    async def astorage_version(self) -> int:
+        return await self._store.storage_version()
 
     # -- state-schema migration ------------------------------------------------------------
 
@@ -809,6 +852,11 @@ def stored_schema_version(metadata: Mapping[str, Any], chain: SchemaChain, check
             "not an int"
         )
     return version
+
+
+def _check_strategy(strategy: str) -> None:
+    if strategy not in ("keep_latest", "delete"):
+        raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
 
 
 def _max_version(versions: Iterable[Version]) -> Version | None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
-from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
+from .rows import (
+    BlobRef,
+    BlobRow,
+    CheckpointRow,
+    ListQuery,
+    MigrationEntry,
+    StoredSize,
+    WriteRow,
+)
 
 BlobKey = tuple[str, str, str]
 """(checkpoint_ns, channel, version)"""
@@ -138,8 +146,18 @@ class Store(Protocol):
         checkpoint_ns, checkpoint_id). Deleting a thread deletes its entries."""
         ...
 
+    async def sizes(self, thread_id: str) -> list[StoredSize]:
+        """What a thread takes in storage: rows and bytes per namespace, kind and channel
+        (empty for a thread with nothing stored)."""
+        ...
+
     async def migrate(self) -> int:
         """Create or upgrade the storage (idempotent, safe across processes); its version."""
+        ...
+
+    async def storage_version(self) -> int:
+        """The storage version in force, creating and changing nothing: 0 where `migrate`
+        never ran (no tables, no layout key) and for storage that does not persist."""
         ...
 
     async def close(self) -> None: ...

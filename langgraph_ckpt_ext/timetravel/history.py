@@ -19,6 +19,7 @@ from ._base import ids_of, must_get, run_sync, thread_config
 _BRANCH = "branch:to:"
 _START = "__start__"
 _INTERRUPT = "__interrupt__"
+_ERROR = "__error__"
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,18 @@ class Inspection:
     pending_writes: list[PendingWrite]
     interrupts: tuple[Any, ...]
     """Values passed to `interrupt()` by the tasks paused at this checkpoint."""
+
+    @property
+    def status(self) -> str:
+        """Where the thread stands at this checkpoint: `"awaiting_human"` (a task is paused at
+        `interrupt()`), `"error"` (a task failed), `"done"` (no node left to run) or
+        `"running"` (nodes are due: the thread goes on from here when invoked)."""
+        channels = {channel for _, channel, _ in self.pending_writes}
+        if _INTERRUPT in channels:
+            return "awaiting_human"
+        if _ERROR in channels:
+            return "error"
+        return "running" if self.next else "done"
 
 
 def user_values(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -185,6 +198,7 @@ async def ahistory(
     subgraphs: bool = False,
     before: RunnableConfig | str | None = None,
     limit: int | None = None,
+    checkpoint_ns: str | None = None,
 ) -> AsyncIterator[HistoryEntry]:
     """A thread's checkpoints, newest first, read lazily (a page of rows at a time; values
     are decoded only for the entries reached).
@@ -195,14 +209,16 @@ async def ahistory(
         subgraphs: include the checkpoints of subgraphs (every namespace), not only the root.
         before: start after this checkpoint (a config or a checkpoint id).
         limit: at most this many entries.
+        checkpoint_ns: only this namespace (a subgraph's, such as `"child:<task id>"`);
+            overrides `subgraphs`.
     """
     flt = validate_filter(dict(filter) if filter else None)
     if limit is not None and limit <= 0:
         return
     cursor = before if before is None or isinstance(before, str) else ids_of(before)[2]
     n = 0
-    async for entry in _rows(saver, str(thread_id), None if subgraphs else "", cursor, flt,
-                             metadata_only, limit):
+    ns = checkpoint_ns if checkpoint_ns is not None else None if subgraphs else ""
+    async for entry in _rows(saver, str(thread_id), ns, cursor, flt, metadata_only, limit):
         yield entry
         n += 1
         if limit is not None and n >= limit:
@@ -218,6 +234,7 @@ def history(
     subgraphs: bool = False,
     before: RunnableConfig | str | None = None,
     limit: int | None = None,
+    checkpoint_ns: str | None = None,
 ) -> Iterator[HistoryEntry]:
     """Sync twin of `ahistory`: an iterator that reads a page at a time as it is consumed."""
     page_size = 32
@@ -227,7 +244,7 @@ def history(
         size = page_size if left is None else min(page_size, left)
         entries = run_sync(saver, _collect(ahistory(
             saver, thread_id, metadata_only=metadata_only, filter=filter, subgraphs=subgraphs,
-            before=cursor, limit=size,
+            before=cursor, limit=size, checkpoint_ns=checkpoint_ns,
         )))
         yield from entries
         if left is not None:

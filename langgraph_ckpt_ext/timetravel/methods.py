@@ -37,18 +37,22 @@ class TimeTravel:
         self, thread_id: str, *, metadata_only: bool = False,
         filter: Mapping[str, Any] | None = None, subgraphs: bool = False,
         before: RunnableConfig | str | None = None, limit: int | None = None,
+        checkpoint_ns: str | None = None,
     ) -> Iterator[HistoryEntry]:
         """A thread's checkpoints, newest first, a page at a time (see `timetravel.history`)."""
         return history(self._saver(), thread_id, metadata_only=metadata_only,
-                               filter=filter, subgraphs=subgraphs, before=before, limit=limit)
+                               filter=filter, subgraphs=subgraphs, before=before, limit=limit,
+                               checkpoint_ns=checkpoint_ns)
 
     def ahistory(
         self, thread_id: str, *, metadata_only: bool = False,
         filter: Mapping[str, Any] | None = None, subgraphs: bool = False,
         before: RunnableConfig | str | None = None, limit: int | None = None,
+        checkpoint_ns: str | None = None,
     ) -> AsyncIterator[HistoryEntry]:
         return ahistory(self._saver(), thread_id, metadata_only=metadata_only,
-                                filter=filter, subgraphs=subgraphs, before=before, limit=limit)
+                                filter=filter, subgraphs=subgraphs, before=before, limit=limit,
+                                checkpoint_ns=checkpoint_ns)
 
     def history_page(self, thread_id: str, **kwargs: Any) -> HistoryPage:
         return history_page(self._saver(), thread_id, **kwargs)

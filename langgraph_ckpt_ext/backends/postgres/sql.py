@@ -18,6 +18,8 @@ CREATE TABLE IF NOT EXISTS lgx_migrations (
 )"""
 LOCK_MIGRATIONS = "SELECT pg_advisory_xact_lock($1)"
 SELECT_STORAGE_VERSION = "SELECT COALESCE(MAX(version), 0) FROM lgx_migrations"
+# Resolved through the search path, as the other statements are (a `schema=` sets it).
+MIGRATIONS_TABLE_EXISTS = "SELECT to_regclass('lgx_migrations') IS NOT NULL"
 INSERT_MIGRATION = "INSERT INTO lgx_migrations (version) VALUES ($1)"
 
 UPSERT_CHECKPOINT = f"""
@@ -348,3 +350,15 @@ WITH RECURSIVE t(tid) AS (
     FROM t WHERE t.tid IS NOT NULL
 )
 SELECT tid FROM t WHERE tid IS NOT NULL"""
+
+# What a thread takes: rows and value bytes per namespace, kind and channel (`Store.sizes`).
+SELECT_THREAD_SIZES = """
+SELECT checkpoint_ns, 'checkpoint'::text, ''::text, COUNT(*),
+       SUM(octet_length(checkpoint) + octet_length(metadata))
+FROM lgx_checkpoints WHERE thread_id = $1 GROUP BY checkpoint_ns
+UNION ALL
+SELECT checkpoint_ns, 'blob', channel, COUNT(*), SUM(octet_length(data))
+FROM lgx_blobs WHERE thread_id = $1 GROUP BY checkpoint_ns, channel
+UNION ALL
+SELECT checkpoint_ns, 'write', channel, COUNT(*), SUM(octet_length(data))
+FROM lgx_writes WHERE thread_id = $1 GROUP BY checkpoint_ns, channel"""

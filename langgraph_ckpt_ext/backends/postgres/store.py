@@ -10,7 +10,15 @@ import asyncpg
 
 from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
 from ...core.perloop import PerLoop
-from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
+from ...core.rows import (
+    BlobRef,
+    BlobRow,
+    CheckpointRow,
+    ListQuery,
+    MigrationEntry,
+    StoredSize,
+    WriteRow,
+)
 from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
 from . import sql
 from .migrations import LATEST, MIGRATIONS
@@ -144,6 +152,14 @@ class PostgresStore:
             version, done = await self._run(step, tx=True)
             if done:
                 return version
+
+    async def storage_version(self) -> int:
+        async def op(conn: asyncpg.Connection) -> int:
+            if not await conn.fetchval(sql.MIGRATIONS_TABLE_EXISTS):
+                return 0
+            return int(await conn.fetchval(sql.SELECT_STORAGE_VERSION))
+
+        return await self._run(op, tx=False)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -393,6 +409,10 @@ class PostgresStore:
 
     async def thread_ids(self) -> list[str]:
         return [r[0] for r in await self._fetch(sql.SELECT_THREAD_IDS)]
+
+    async def sizes(self, thread_id: str) -> list[StoredSize]:
+        rows = await self._fetch(sql.SELECT_THREAD_SIZES, thread_id)
+        return sorted(StoredSize(r[0], r[1], r[2], int(r[3]), int(r[4] or 0)) for r in rows)
 
     async def find_runs(self, run_ids: Collection[str]) -> list[tuple[str, str, str]]:
         return [tuple(r) for r in await self._fetch(sql.SELECT_RUNS, list(run_ids))]

@@ -439,3 +439,46 @@ for i = 1, #KEYS do
 end
 return out
 """
+
+# What the thread takes (`Store.sizes`): {ns, kind, channel, rows, bytes, ...} with kind c
+# (checkpoint rows), b (blobs) or w (writes); bytes are the stored values' lengths. A write's
+# channel is the first item of its msgpack array (a str header read in place, nothing decoded).
+SIZES = r"""
+local acc, order = {}, {}
+local function add(ns, kind, ch, n)
+  local key = ns .. '\0' .. kind .. '\0' .. ch
+  local a = acc[key]
+  if not a then
+    a = {ns, kind, ch, 0, 0}
+    acc[key] = a
+    order[#order + 1] = key
+  end
+  a[4] = a[4] + 1
+  a[5] = a[5] + n
+end
+local function write_channel(v)
+  local b = string.byte(v, 2) or 0
+  if b >= 0xa0 and b <= 0xbf then return string.sub(v, 3, 2 + b - 0xa0) end
+  if b == 0xd9 then return string.sub(v, 4, 3 + string.byte(v, 3)) end
+  if b == 0xda then return string.sub(v, 5, 4 + string.byte(v, 3) * 256 + string.byte(v, 4)) end
+  return ''
+end
+for _, f in ipairs(redis.call('HKEYS', KEYS[3])) do
+  add(string.sub(f, 1, string.find(f, '\0', 1, true) - 1), 'c', '', redis.call('HSTRLEN', KEYS[3], f))
+end
+for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
+  local p1 = string.find(f, '\0', 1, true)
+  local p2 = string.find(f, '\0', p1 + 1, true)
+  add(string.sub(f, 1, p1 - 1), 'b', string.sub(f, p1 + 1, p2 - 1), redis.call('HSTRLEN', KEYS[4], f))
+end
+for _, f in ipairs(redis.call('HKEYS', KEYS[5])) do
+  local v = redis.call('HGET', KEYS[5], f)
+  add(string.sub(f, 1, string.find(f, '\0', 1, true) - 1), 'w', write_channel(v), #v)
+end
+local out = {}
+for _, key in ipairs(order) do
+  local a = acc[key]
+  for i = 1, 5 do out[#out + 1] = a[i] end
+end
+return out
+"""

@@ -22,7 +22,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ...core.codec import writes_order
 from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
 from ...core.perloop import PerLoop
-from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
+from ...core.rows import (
+    BlobRef,
+    BlobRow,
+    CheckpointRow,
+    ListQuery,
+    MigrationEntry,
+    StoredSize,
+    WriteRow,
+)
 from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
 from . import scripts
 from .layout import LAYOUT_VERSION, check_parts, thread_keys
@@ -59,8 +67,9 @@ class _Script:
 _S = {name: _Script(getattr(scripts, name)) for name in (
     "PUT", "PUT_WRITES", "BATCH", "GET_TUPLE", "GET_ROW", "GET_BLOBS", "GET_WRITES", "GET_ANCESTORS",
     "PAGE", "FIND_RUNS", "SNAPSHOT", "DELETE_CHECKPOINTS", "DUMP", "LOAD", "DELETE_THREAD",
-    "PIN", "TOUCH", "DEADLINE", "EXISTING", "REWRITE", "MIGRATIONS",
+    "PIN", "TOUCH", "DEADLINE", "EXISTING", "REWRITE", "MIGRATIONS", "SIZES",
 )}
+_KINDS = {b"c": "checkpoint", b"b": "blob", b"w": "write"}
 
 
 def _s(b: bytes) -> str:
@@ -345,6 +354,10 @@ class RedisStore:
         check_storage_version(current, LAYOUT_VERSION)
         return current
 
+    async def storage_version(self) -> int:
+        current = await self._command("GET", self._layout_key)
+        return 0 if current is None else int(current)
+
     # -- writing ------------------------------------------------------------------------------
 
     async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
@@ -621,6 +634,14 @@ class RedisStore:
     async def thread_ids(self) -> list[str]:
         """Every thread id in the thread index, sorted (some may have just expired)."""
         return sorted(_s(m) for m in await self._command("ZRANGE", self._threads_key, 0, -1))
+
+    async def sizes(self, thread_id: str) -> list[StoredSize]:
+        flat = await self._call("SIZES", self.keys(thread_id), [])
+        return sorted(
+            StoredSize(_s(flat[i]), _KINDS[flat[i + 1]], _s(flat[i + 2]), int(flat[i + 3]),
+                       int(flat[i + 4]))
+            for i in range(0, len(flat), 5)
+        )
 
     def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
         ns = query.checkpoint_ns

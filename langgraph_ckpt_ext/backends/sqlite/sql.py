@@ -14,6 +14,9 @@ CREATE TABLE IF NOT EXISTS lgx_migrations (
     applied_at TEXT NOT NULL
 )"""
 SELECT_STORAGE_VERSION = "SELECT COALESCE(MAX(version), 0) FROM lgx_migrations"
+MIGRATIONS_TABLE_EXISTS = (
+    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'lgx_migrations'"
+)
 INSERT_MIGRATION = "INSERT INTO lgx_migrations (version, applied_at) VALUES (?, ?)"
 
 UPSERT_CHECKPOINT = f"""
@@ -184,3 +187,14 @@ WITH RECURSIVE t(tid) AS (
     FROM t WHERE t.tid IS NOT NULL
 )
 SELECT tid FROM t WHERE tid IS NOT NULL"""
+
+# What a thread takes: rows and value bytes per namespace, kind and channel (`Store.sizes`).
+SELECT_THREAD_SIZES = """
+SELECT checkpoint_ns, 'checkpoint', '', COUNT(*), SUM(length(checkpoint) + length(metadata))
+FROM lgx_checkpoints WHERE thread_id = ?1 GROUP BY checkpoint_ns
+UNION ALL
+SELECT checkpoint_ns, 'blob', channel, COUNT(*), SUM(length(data))
+FROM lgx_blobs WHERE thread_id = ?1 GROUP BY checkpoint_ns, channel
+UNION ALL
+SELECT checkpoint_ns, 'write', channel, COUNT(*), SUM(length(data))
+FROM lgx_writes WHERE thread_id = ?1 GROUP BY checkpoint_ns, channel"""

@@ -10,7 +10,15 @@ from typing import Any
 import aiosqlite
 
 from ...core.errors import check_storage_version
-from ...core.rows import BlobRef, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
+from ...core.rows import (
+    BlobRef,
+    BlobRow,
+    CheckpointRow,
+    ListQuery,
+    MigrationEntry,
+    StoredSize,
+    WriteRow,
+)
 from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
 from . import sql
 from .migrations import LATEST, MIGRATIONS
@@ -145,6 +153,14 @@ class SQLiteStore:
     async def migrate(self) -> int:
         """Apply pending storage migrations; returns the storage version now in force."""
         return await self._writer.call(_migrate)
+
+    async def storage_version(self) -> int:
+        def op(conn: sqlite3.Connection) -> int:
+            if conn.execute(sql.MIGRATIONS_TABLE_EXISTS).fetchone() is None:
+                return 0
+            return int(conn.execute(sql.SELECT_STORAGE_VERSION).fetchone()[0])
+
+        return await self._reader.call(op)
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -331,6 +347,11 @@ class SQLiteStore:
 
     async def thread_ids(self) -> list[str]:
         return [r[0] for r in await self._fetchall(sql.SELECT_THREAD_IDS, ())]
+
+    async def sizes(self, thread_id: str) -> list[StoredSize]:
+        rows = await self._fetchall(sql.SELECT_THREAD_SIZES, (thread_id,))
+        return sorted(StoredSize(ns, kind, ch, int(n), int(size or 0))
+                      for ns, kind, ch, n, size in rows)
 
     async def find_runs(self, run_ids: Collection[str]) -> list[tuple[str, str, str]]:
         out: list[tuple[str, str, str]] = []

@@ -1,0 +1,94 @@
+"""`lgckpt`: the operator's command line, a thin client of the public API.
+
+    lgckpt --url sqlite:///agent.db threads
+    lgckpt history t-1 --limit 5
+    lgckpt verify --all --json
+
+Each command lives in a module with `register(sub)`, which adds its parsers and sets
+`run=handler`; a handler is `handler(args, out) -> exit code`. `main` turns the errors users
+can meet into one line on stderr and an exit code (see `common`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from types import ModuleType
+
+from .common import ERROR, OK, USAGE, CliError, add_common_options, exit_code
+from .output import Output
+
+__all__ = ["CliError", "Output", "main"]
+
+_DESCRIPTION = """\
+Inspect and operate the checkpoint stores of langgraph-ckpt-ext: list threads and their
+history, show and diff checkpoints, fork, prune, migrate state schemas, verify audit trails,
+copy threads between stores, import them from LangGraph's own savers, export them.
+
+exit codes: 0 ok, 1 error, 2 usage, 3 thread or checkpoint not found, 4 conflict (target
+exists), 5 store unavailable (unreachable server, wrong URL, no store there), 6 verification
+failed"""
+
+
+def _command_modules() -> list[ModuleType]:
+    from . import inspect, move
+
+    return [inspect, move]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `lgckpt` parser with every command registered."""
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="lgckpt", description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  export LGCKPT_URL=sqlite:///agent.db\n  lgckpt threads\n"
+               "  lgckpt show t-1\n\nlgckpt COMMAND --help tells more about each command.",
+    )
+    parser.add_argument("--version", action="version", version=f"lgckpt {__version__}")
+    add_common_options(parser, top=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in _command_modules():
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `lgckpt` with `argv` (default: the process's arguments); the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error argparse reported
+        return exc.code if isinstance(exc.code, int) else (OK if exc.code is None else USAGE)
+    out = Output(args.json, False if args.no_color else None)
+    try:
+        code: int = args.run(args, out)
+        return code
+    except KeyboardInterrupt:
+        out.error("interrupted")
+        return 130
+    except BrokenPipeError:  # `lgckpt threads | head`: the reader has gone
+        _silence_stdout()
+        return ERROR
+    except Exception as exc:
+        code_for = exit_code(exc)
+        if code_for is not None:
+            out.error(str(exc))
+            return code_for
+        if os.environ.get("LGCKPT_DEBUG"):
+            traceback.print_exc()
+        out.error(f"unexpected {type(exc).__name__}: {exc} (set LGCKPT_DEBUG=1 to see the "
+                  "traceback, and please report it)")
+        return ERROR
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit raises nothing more."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

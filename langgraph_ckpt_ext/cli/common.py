@@ -1,0 +1,218 @@
+"""What every `lgckpt` command shares: exit codes, the error type, the common options, and
+opening the store a URL names."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import textwrap
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ..core.errors import (
+    CheckpointerError,
+    CheckpointNotFoundError,
+    InvalidConfigError,
+    InvalidFilterError,
+    StoreUnavailableError,
+    ThreadExistsError,
+)
+
+if TYPE_CHECKING:
+    from ..core.saver import StoreCheckpointer
+
+OK = 0
+ERROR = 1
+"""Any other failure (a server error, a state-schema chain that cannot apply, ...)."""
+USAGE = 2
+"""Bad arguments (argparse's own code)."""
+NOT_FOUND = 3
+"""The thread or checkpoint named is not stored."""
+CONFLICT = 4
+"""The target already exists (a fork or copy onto a thread that holds checkpoints)."""
+UNAVAILABLE = 5
+"""The store cannot be used: server unreachable, wrong URL, no checkpoint store there."""
+VERIFY_FAILED = 6
+"""A verification found a problem (audit chain, copy check)."""
+
+ENV_URL = "LGCKPT_URL"
+URL_HELP = (
+    "the checkpoint store: sqlite:///relative.db, sqlite:////abs/path.db, "
+    "postgresql://user@host:5432/db[?schema=NAME], redis://host:6379/0[?key_prefix=NAME] "
+    f"(default: ${ENV_URL})"
+)
+_SCHEMES = ("sqlite", "postgresql", "postgres", "redis", "rediss")
+_FORMATS = (
+    "use sqlite:///path.db, postgresql://user@host/db[?schema=NAME] or "
+    "redis://host:6379/0[?key_prefix=NAME]"
+)
+
+
+class CliError(Exception):
+    """An expected failure: `main` prints `message` as one line and exits with `code`."""
+
+    def __init__(self, message: str, code: int = ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def exit_code(exc: BaseException) -> int | None:
+    """The exit code for an expected error (None: an unexpected one)."""
+    if isinstance(exc, CliError):
+        return exc.code
+    if isinstance(exc, ThreadExistsError):
+        return CONFLICT
+    if isinstance(exc, CheckpointNotFoundError):  # ThreadNotFoundError too
+        return NOT_FOUND
+    if isinstance(exc, StoreUnavailableError):
+        return UNAVAILABLE
+    if isinstance(exc, InvalidConfigError | InvalidFilterError):
+        return USAGE
+    if isinstance(exc, CheckpointerError):
+        return ERROR
+    return None
+
+
+# -- options -----------------------------------------------------------------------------------
+
+
+def add_common_options(parser: argparse.ArgumentParser, *, url: bool = True,
+                       top: bool = False) -> None:
+    """`--url` (unless `url` is False), `--json`, `--no-color`.
+
+    They are accepted before the command (`top`: the main parser, which holds the defaults)
+    and after it (a command's parser, whose options only override what was given)."""
+    keep = argparse.SUPPRESS
+    if url:
+        parser.add_argument("--url", metavar="URL", default=os.environ.get(ENV_URL) if top
+                            else keep, help=URL_HELP)
+    parser.add_argument("--json", action="store_true", default=False if top else keep,
+                        help="print JSON on stdout (tables as arrays of objects)")
+    parser.add_argument("--no-color", action="store_true", default=False if top else keep,
+                        help="no colour (also: the NO_COLOR environment variable)")
+
+
+def add_command(
+    sub: argparse._SubParsersAction,  # type: ignore[type-arg]
+    name: str,
+    *,
+    help: str,
+    description: str,
+    example: str,
+    url: bool = True,
+) -> argparse.ArgumentParser:
+    """A command's parser, with the common options and an example in its `--help`."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=help, description=textwrap.fill(description, 88),
+        epilog="example:\n" + "\n".join(f"  {line}" for line in example.strip().splitlines()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_common_options(parser, url=url)
+    return parser
+
+
+# -- opening a store ---------------------------------------------------------------------------
+
+
+def shown_url(url: str) -> str:
+    """`url` fit for a message: its password replaced by `***`."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.netloc.rsplit("@", 1)[1]
+        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+    except ValueError:
+        return "<malformed URL>"
+
+
+def open_saver(url: str | None, *, write: bool, create: bool | None = None,
+               **options: Any) -> StoreCheckpointer:
+    """The checkpointer for the store `url` names (close it when done: it is a context
+    manager).
+
+    A reader (`write=False`) creates and changes nothing: the tables or key layout must be
+    there. A writer sets the storage up (creates or upgrades it, as the checkpointers do when
+    they open); with `create=False` it too needs a store that is there already. `options` go
+    to `connect`. Raises `CliError`: `USAGE` without a URL, `UNAVAILABLE` for a URL of no
+    store this package can open, a server that cannot be reached, or no checkpoint store at
+    that place.
+    """
+    if not url:
+        raise CliError(f"no checkpoint store given: pass --url URL or set {ENV_URL}", USAGE)
+    shown = shown_url(url)
+    try:
+        scheme = urlsplit(url).scheme
+    except ValueError as exc:
+        raise CliError(f"malformed URL {shown!r} ({exc}): {_FORMATS}", UNAVAILABLE) from None
+    if scheme == "memory":
+        raise CliError("memory:// keeps nothing between runs: point --url at a SQLite, "
+                       "PostgreSQL or Redis store", UNAVAILABLE)
+    if scheme not in _SCHEMES:
+        what = f"URL scheme {scheme!r}" if scheme else "URL without a scheme"
+        raise CliError(f"unsupported {what} in {shown!r}: {_FORMATS}", UNAVAILABLE)
+    create = write if create is None else create
+    from ..connect import connect, sqlite_path
+
+    if scheme == "sqlite":
+        path = sqlite_path(url)
+        if path == ":memory:":
+            raise CliError("an in-memory SQLite database keeps nothing between runs: name a "
+                           "file, sqlite:///path.db", UNAVAILABLE)
+        if not create:
+            _check_sqlite_file(path, shown)
+    try:
+        saver = connect(url, setup=False, **options)
+    except CheckpointerError:
+        raise
+    except Exception as exc:  # the driver refused the URL
+        raise CliError(f"cannot open {shown}: {_reason(exc)}", UNAVAILABLE) from exc
+    try:
+        if not create and saver.storage_version() == 0:
+            raise CliError(f"no checkpoint store at {shown}: {_where(scheme)}", UNAVAILABLE)
+        if write:
+            saver.setup()
+    except BaseException as exc:
+        saver.close()
+        if isinstance(exc, StoreUnavailableError):
+            reason = _reason(exc.__cause__ or exc)
+            raise CliError(f"cannot reach {shown}: {reason}", UNAVAILABLE) from exc
+        if isinstance(exc, CheckpointerError | CliError) or not isinstance(exc, Exception):
+            raise
+        raise CliError(f"cannot open {shown}: {_reason(exc)}", UNAVAILABLE) from exc
+    return saver
+
+
+def _check_sqlite_file(path: str, shown: str) -> None:
+    """Refuse a file that holds no checkpoint tables, reading it read-only: opening it as the
+    checkpointer does would create it, or turn on WAL mode in it."""
+    import pathlib
+    import sqlite3
+
+    if not os.path.isfile(path):
+        raise CliError(f"no checkpoint store at {shown}: no such file {path!r}", UNAVAILABLE)
+    uri = pathlib.Path(path).absolute().as_uri() + "?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'lgx_checkpoints'"
+            ).fetchone()
+    except sqlite3.Error as exc:
+        raise CliError(f"cannot open {shown}: {_reason(exc)}", UNAVAILABLE) from exc
+    if found is None:
+        raise CliError(f"no checkpoint store at {shown}: {_where('sqlite')}", UNAVAILABLE)
+
+
+def _where(scheme: str) -> str:
+    if scheme == "sqlite":
+        return "the file holds no checkpoint tables"
+    if scheme.startswith("postgres"):
+        return ("no checkpoint tables in that database and schema (name the schema with "
+                "?schema=NAME)")
+    return "no key layout under that key prefix (name it with ?key_prefix=NAME)"
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

@@ -1,0 +1,687 @@
+"""The commands that look into a store and act on its threads: `threads`, `history`, `show`,
+`diff`, `fork`, `prune`, `migrate`, `verify`, `stats`. Each is a few calls of the checkpointer's
+public methods; what they print is built here."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import reprlib
+import sys
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..core.errors import ThreadNotFoundError
+from .common import (
+    OK,
+    USAGE,
+    VERIFY_FAILED,
+    CliError,
+    add_command,
+    open_saver,
+)
+from .output import Output, human_bytes
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
+
+    from ..core.rows import StoredSize
+    from ..core.saver import StoreCheckpointer
+    from ..migrations import SchemaChain
+    from ..timetravel.audit import AuditReport
+    from ..timetravel.history import Inspection
+
+# LangGraph's checkpoint ids are UUIDs; a thread id may hold ':' (`user:42`).
+_CHECKPOINT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
+_PAUSED = "awaiting_human"
+
+_short = reprlib.Repr()
+_short.maxstring = 100
+_short.maxother = 100
+_short.maxlist = _short.maxtuple = _short.maxset = _short.maxdict = 8
+_short.maxlevel = 3
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    for add in (_threads, _history, _show, _diff, _fork, _prune, _migrate, _verify, _stats):
+        add(sub)
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _config(thread_id: str, ns: str = "", checkpoint_id: str | None = None) -> RunnableConfig:
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ns}
+    if checkpoint_id:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def _latest(saver: StoreCheckpointer, thread_id: str) -> Inspection | None:
+    """The state at a thread's newest checkpoint (root graph), or None if it has none."""
+    try:
+        return saver.inspect(_config(thread_id))
+    except ThreadNotFoundError:
+        return None
+
+
+def _not_found(thread_id: str) -> ThreadNotFoundError:
+    return ThreadNotFoundError(
+        f"thread {thread_id!r} has no checkpoint: is the thread id right? (`lgckpt threads` "
+        "lists them)"
+    )
+
+
+def _page(ids: Sequence[str], after: str | None, limit: int) -> tuple[list[str], bool]:
+    """Thread ids after `after`, at most `limit`, and whether more follow."""
+    rest = [t for t in ids if after is None or t > after]
+    return rest[:limit], len(rest) > limit
+
+
+def _positive(text: str) -> int:
+    n = int(text)
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return n
+
+
+def _add_paging(p: argparse.ArgumentParser, default: int) -> None:
+    p.add_argument("--limit", type=_positive, default=default, metavar="N",
+                   help=f"at most N threads (default {default})")
+    p.add_argument("--after", metavar="THREAD_ID",
+                   help="start after this thread id (threads are listed in id order)")
+
+
+def _more(out: Output, more: bool, page: list[str]) -> None:
+    if more and page and not out.json_mode:
+        out.line(f"(more threads follow: --after {page[-1]})")
+
+
+def _totals(sizes: Iterable[StoredSize]) -> dict[str, int]:
+    out = {"checkpoints": 0, "blobs": 0, "writes": 0, "bytes": 0}
+    for s in sizes:
+        out[f"{s.kind}s"] += s.rows
+        out["bytes"] += s.bytes
+    return out
+
+
+def _threads_of(saver: StoreCheckpointer, names: Sequence[str], every: bool) -> list[str]:
+    """The threads a command acts on: those named (each must exist), or every one (`--all`)."""
+    if bool(names) == every:
+        raise CliError("name one or more threads, or pass --all (not both)", USAGE)
+    if every:
+        return saver.thread_ids()
+    for thread_id in dict.fromkeys(names):
+        if not next(iter(saver.list({"configurable": {"thread_id": thread_id}}, limit=1)), None):
+            raise _not_found(thread_id)
+    return list(dict.fromkeys(names))
+
+
+def _brief(value: Any, width: int = 120) -> str:
+    """A value on one line, shortened."""
+    from langchain_core.messages import BaseMessage
+
+    if isinstance(value, BaseMessage):
+        content = value.content if isinstance(value.content, str) else repr(value.content)
+        text = f"{value.type}: {content}"
+        calls = getattr(value, "tool_calls", None)
+        if calls:
+            text += f" [tool calls: {', '.join(str(c.get('name')) for c in calls)}]"
+    elif _is_messages(value):
+        more = ", ..." if len(value) > 3 else ""
+        text = f"[{', '.join(_brief(m, width) for m in value[:3])}{more}]"
+    else:
+        text = _short.repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _is_messages(value: Any) -> bool:
+    from langchain_core.messages import BaseMessage
+
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, BaseMessage) for m in value)
+
+
+# -- threads --------------------------------------------------------------------------------------
+
+
+def _threads(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = add_command(
+        sub, "threads", help="list threads: checkpoints, size, last update, status",
+        description="List the store's threads in id order, a page at a time: checkpoints "
+        "stored (every namespace), bytes stored, the time of the newest checkpoint, and the "
+        "status at it (awaiting human: paused at interrupt(); error: a task failed; done: "
+        "nothing left to run; running: nodes are due).",
+        example="lgckpt threads --url sqlite:///agent.db --limit 20\n"
+                "lgckpt threads --after t-0420 --json",
+    )
+    _add_paging(p, 100)
+    p.set_defaults(run=run_threads)
+
+
+def thread_summary(saver: StoreCheckpointer, thread_id: str) -> dict[str, Any] | None:
+    """A row of `threads`: the thread's totals and its status (None: nothing stored)."""
+    totals = _totals(saver.sizes(thread_id))
+    state = _latest(saver, thread_id)
+    if state is None and not totals["checkpoints"]:
+        return None  # gone since it was listed (deleted, expired)
+    return {
+        "thread_id": thread_id,
+        "checkpoints": totals["checkpoints"],
+        "bytes": totals["bytes"],
+        "last_update": state.created_at if state else None,
+        "status": state.status if state else None,
+        "checkpoint_id": state.config["configurable"]["checkpoint_id"] if state else None,
+        "next": list(state.next) if state else [],
+    }
+
+
+def run_threads(args: argparse.Namespace, out: Output) -> int:
+    with open_saver(args.url, write=False) as saver:
+        page, more = _page(saver.thread_ids(), args.after, args.limit)
+        rows = []
+        with out.progress(len(page), "reading threads") as bar:
+            for thread_id in page:
+                row = thread_summary(saver, thread_id)
+                if row is not None:
+                    rows.append(row)
+                bar.update()
+    out.table(rows, ["thread_id", "checkpoints", "bytes", "last_update", "status"])
+    _more(out, more, page)
+    return OK
+
+
+# -- history --------------------------------------------------------------------------------------
+
+
+def _history(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = add_command(
+        sub, "history", help="a thread's checkpoints, newest first",
+        description="A thread's checkpoints, newest first: id, step, source, the nodes due "
+        "next, time, and the channels of the pending writes stored with each (the writes of "
+        "the step that ran from it).",
+        example="lgckpt history t-1 --limit 10\n"
+                "lgckpt history t-1 --subgraphs --json",
+    )
+    p.add_argument("thread", metavar="THREAD", help="the thread id")
+    p.add_argument("--limit", type=_positive, default=50, metavar="N",
+                   help="at most N checkpoints (default 50)")
+    p.add_argument("--before", metavar="CHECKPOINT", help="start after this checkpoint id")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--ns", default=None, metavar="NS",
+                       help="a subgraph's namespace (default: the root graph's)")
+    where.add_argument("--subgraphs", action="store_true",
+                       help="every namespace: the root graph's and its subgraphs'")
+    p.set_defaults(run=run_history)
+
+
+def run_history(args: argparse.Namespace, out: Output) -> int:
+    with open_saver(args.url, write=False) as saver:
+        entries = list(saver.history(
+            args.thread, limit=args.limit, before=args.before, checkpoint_ns=args.ns,
+            subgraphs=args.subgraphs,
+        ))
+        if not entries and args.before is None:
+            if args.ns and _latest(saver, args.thread) is not None:
+                raise ThreadNotFoundError(
+                    f"thread {args.thread!r} has no checkpoint in namespace {args.ns!r}: "
+                    "`lgckpt history THREAD --subgraphs` lists the namespaces")
+            raise _not_found(args.thread)
+    rows = [{
+        "checkpoint_id": e.checkpoint_id,
+        "checkpoint_ns": e.checkpoint_ns,
+        "parent_checkpoint_id": e.parent_checkpoint_id,
+        "step": e.step,
+        "source": e.source,
+        "next": list(e.next or ()),
+        "time": e.created_at,
+        "writes": list(dict.fromkeys(ch for _, ch, _ in e.pending_writes or ())),
+        "metadata": e.metadata,
+    } for e in entries]
+    columns = ["checkpoint_id", "step", "source", "next", "time", "writes"]
+    if args.subgraphs:
+        columns.insert(1, "checkpoint_ns")
+    out.table(rows, columns)
+    return OK
+
+
+# -- show -----------------------------------------------------------------------------------------
+
+
+def _show(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = add_command(
+        sub, "show", help="the state at a checkpoint (the latest by default)",
+        description="The state at one checkpoint of a thread (its newest by default): channel "
+        "values, metadata, next nodes, status, pending writes and interrupts. Values are "
+        "shortened in text; --json prints them whole.",
+        example="lgckpt show t-1\n"
+                "lgckpt show t-1 1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21 --json",
+    )
+    p.add_argument("thread", metavar="THREAD", help="the thread id")
+    p.add_argument("checkpoint", metavar="CHECKPOINT", nargs="?", help="a checkpoint id "
+                   "(default: the newest)")
+    p.add_argument("--ns", default="", metavar="NS",
+                   help="a subgraph's namespace (default: the root graph's)")
+    p.set_defaults(run=run_show)
+
+
+def inspection_dict(state: Inspection) -> dict[str, Any]:
+    conf = state.config["configurable"]
+    parent = (state.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+    return {
+        "thread_id": conf["thread_id"],
+        "checkpoint_ns": conf.get("checkpoint_ns", ""),
+        "checkpoint_id": conf["checkpoint_id"],
+        "parent_checkpoint_id": parent,
+        "created_at": state.created_at,
+        "status": state.status,
+        "next": list(state.next),
+        "values": state.values,
+        "metadata": state.metadata,
+        "pending_writes": [
+            {"task_id": task, "channel": channel, "value": value}
+            for task, channel, value in state.pending_writes
+        ],
+        "interrupts": list(state.interrupts),
+    }
+
+
+def run_show(args: argparse.Namespace, out: Output) -> int:
+    with open_saver(args.url, write=False) as saver:
+        state = saver.inspect(_config(args.thread, args.ns, args.checkpoint))
+    doc = inspection_dict(state)
+    if out.json_mode:
+        out.json(doc)
+        return OK
+    for line in _show_lines(doc):
+        out.line(line)
+    return OK
+
+
+def _show_lines(doc: dict[str, Any]) -> list[str]:
+    step = doc["metadata"].get("step")
+    head = [
+        ("thread", doc["thread_id"]),
+        ("namespace", doc["checkpoint_ns"] or None),
+        ("checkpoint", doc["checkpoint_id"]),
+        ("parent", doc["parent_checkpoint_id"] or "-"),
+        ("created", doc["created_at"].isoformat(timespec="seconds") if doc["created_at"] else "-"),
+        ("step", f"{step} ({doc['metadata'].get('source', '?')})" if step is not None else None),
+        ("status", doc["status"].replace("_", " ")),
+        ("next", ", ".join(doc["next"]) or "-"),
+    ]
+    lines = [f"{k:<11}{v}" for k, v in head if v is not None]
+    if doc["interrupts"]:
+        lines.append("interrupts")
+        lines += [f"  {_brief(v)}" for v in doc["interrupts"]]
+    lines.append("values")
+    lines += _value_lines(doc["values"]) or ["  (none)"]
+    lines.append("metadata")
+    lines += [f"  {k}: {_brief(v)}" for k, v in sorted(doc["metadata"].items())]
+    if doc["pending_writes"]:
+        lines.append("pending writes")
+        lines += [f"  {w['task_id'][:8]}  {w['channel']}: {_brief(w['value'])}"
+                  for w in doc["pending_writes"]]
+    return lines
+
+
+def _value_lines(values: dict[str, Any], keep: int = 20) -> list[str]:
+    width = max((len(k) for k in values), default=0)
+    lines = []
+    for name, value in values.items():
+        if not _is_messages(value):
+            lines.append(f"  {name:<{width}}  {_brief(value)}")
+            continue
+        lines.append(f"  {name:<{width}}  ({len(value)} messages)")
+        if len(value) > keep:
+            lines.append(f"    ... {len(value) - keep} earlier")
+        lines += [f"    {_brief(m, 110)}" for m in value[-keep:]]
+    return lines
+
+
+# -- diff -----------------------------------------------------------------------------------------
+
+
+def _diff(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = add_command(
+        sub, "diff", help="what changed between two checkpoints",
+        description="What changed from checkpoint A to checkpoint B, per channel (message "
+        "lists by message id). A and B are THREAD (its newest checkpoint) or "
+        "THREAD:CHECKPOINT_ID, of one thread or of two; a thread id holding ':' is written "
+        "THREAD: for its newest checkpoint.",
+        example="lgckpt diff t-1:1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21 t-1\n"
+                "lgckpt diff t-1 t-1-fork --json",
+    )
+    p.add_argument("a", metavar="A", help="THREAD or THREAD:CHECKPOINT_ID")
+    p.add_argument("b", metavar="B", help="THREAD or THREAD:CHECKPOINT_ID")
+    p.set_defaults(run=run_diff)
+
+
+def checkpoint_ref(text: str) -> tuple[str, str | None]:
+    """`THREAD[:CHECKPOINT_ID]` as (thread id, checkpoint id or None): split at the last ':'
+    when what follows is a checkpoint id (a UUID) or nothing; otherwise all of it is the
+    thread id."""
+    thread, sep, tail = text.rpartition(":")
+    if sep and (not tail or _CHECKPOINT_ID.match(tail)):
+        if not thread:
+            raise CliError(f"{text!r} names no thread: write THREAD or THREAD:CHECKPOINT_ID",
+                           USAGE)
+        return thread, tail or None
+    return text, None
+
+
+def run_diff(args: argparse.Namespace, out: Output) -> int:
+    a, b = checkpoint_ref(args.a), checkpoint_ref(args.b)
+    with open_saver(args.url, write=False) as saver:
+        diff = saver.diff(_config(a[0], "", a[1]), _config(b[0], "", b[1]))
+    if out.json_mode:
+        out.json(diff.to_dict())
+    else:
+        out.line(diff.to_text())
+    return OK
+
+
+# -- fork -----------------------------------------------------------------------------------------
+
+
+def _fork(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = add_command(
+        sub, "fork", help="copy a thread's history up to a checkpoint into a new thread",
+        description="A new thread holding THREAD's history up to CHECKPOINT (its newest by "
+        "default), marked as a fork of it; THREAD is not touched. Fails with exit code 4 if "
+        "the new thread already holds checkpoints.",
+        example="lgckpt fork t-1 1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21 --to t-1-retry",
+    )
+    p.add_argument("thread", metavar="THREAD", help="the thread to fork")
+    p.add_argument("checkpoint", metavar="CHECKPOINT", nargs="?",
+                   help="the fork point (default: the newest checkpoint)")
+    p.add_argument("--to", metavar="NEW_THREAD",
+                   help="the new thread id (default: THREAD~<8 random hex digits>)")
+    p.set_defaults(run=run_fork)
+
+
+def run_fork(args: argparse.Namespace, out: Output) -> int:
+    with open_saver(args.url, write=True, create=False) as saver:
+        head = saver.fork(_config(args.thread, "", args.checkpoint), args.to)
+    conf = head["configurable"]
+    result = {"source_thread_id": args.thread, "checkpoint_id": conf["checkpoint_id"],
+              "thread_id": conf["thread_id"]}
+    if out.json_mode:
+        out.json(result)
+    else:
+        out.line(f"forked thread {args.thread!r} at checkpoint {conf['checkpoint_id']} into "
+                 f"thread {conf['thread_id']!r}")
+    return OK
+
+
+# -- prune ----------------------------------------------------------------------------------------
+
+
+def _prune(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = add_command(
+        sub, "prune", help="delete old checkpoints, or whole threads",
+        description="keep_latest keeps each namespace's newest checkpoint (and what its "
+        "values still need); delete removes the threads. A thread paused for a human "
+        "(awaiting human) is skipped unless --include-paused is given. --dry-run lists what "
+        "would be removed and changes nothing.",
+        example="lgckpt prune --all --dry-run\n"
+                "lgckpt prune t-1 t-2 --strategy delete",
+    )
+    p.add_argument("threads", metavar="THREAD", nargs="*", help="the threads to prune")
+    p.add_argument("--all", action="store_true", help="every thread of the store")
+    p.add_argument("--strategy", choices=("keep_latest", "delete"), default="keep_latest",
+                   help="what to remove (default: keep_latest)")
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed, "
+                   "change nothing")
+    p.add_argument("--include-paused", action="store_true",
+                   help="prune threads awaiting a human too")
+    p.set_defaults(run=run_prune)
+
+
+def _prune_row(saver: StoreCheckpointer, thread_id: str, args: argparse.Namespace
+               ) -> dict[str, Any] | None:
+    """What pruning a thread would do (None: the thread is gone)."""
+    stored = _totals(saver.sizes(thread_id))["checkpoints"]
+    if not stored:
+        return None
+    state = _latest(saver, thread_id)
+    paused = state is not None and state.status == _PAUSED
+    victims = [] if paused and not args.include_paused else saver.prune_plan(
+        thread_id, strategy=args.strategy)
+    if paused and not args.include_paused:
+        action = "skipped: awaiting human"
+    elif not victims:
+        action = "nothing to remove"
+    else:
+        action = "would remove" if args.dry_run else "removed"
+    return {
+        "thread_id": thread_id,
+        "status": action,
+        "thread_status": state.status if state else None,
+        "removed": len(victims),
+        "kept": stored - len(victims),
+        "checkpoints": [{"checkpoint_ns": ns, "checkpoint_id": cid} for ns, cid in victims],
+    }
+
+
+def run_prune(args: argparse.Namespace, out: Output) -> int:
+    with open_saver(args.url, write=not args.dry_run, create=False) as saver:
+        threads = _threads_of(saver, args.threads, args.all)
+        rows = [r for r in (_prune_row(saver, t, args) for t in threads) if r is not None]
+        todo = [r["thread_id"] for r in rows if r["removed"]]
+        if not args.dry_run and todo:
+            with out.progress(len(todo), "pruning") as bar:
+                for thread_id in todo:
+                    saver.prune([thread_id], strategy=args.strategy)
+                    bar.update()
+    out.table(rows, ["thread_id", "status", "removed", "kept"])
+    if not out.json_mode:
+        removed = sum(r["removed"] for r in rows)
+        skipped = sum(1 for r in rows if r["status"].startswith("skipped"))
+        verb = "would remove" if args.dry_run else "removed"
+        text = f"{verb} {removed} checkpoint(s) of {len(todo)} thread(s)"
+        if skipped:
+            text += f"; {skipped} thread(s) awaiting a human skipped (--include-paused prunes them)"
+        out.line(text + ("; nothing changed (dry run)" if args.dry_run else ""))
+    return OK
+
+
+# -- migrate --------------------------------------------------------------------------------------
+
+
+def _migrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = add_command(
+        sub, "migrate", help="upgrade stored threads to the current state schema",
+        description="Rewrite stored checkpoints older than the chain's current state-schema "
+        "version (of every thread, or of those named), with their pending writes; each "
+        "checkpoint once, logged. A run that was stopped finishes the job when started again. "
+        "--chain names your SchemaChain as MODULE:ATTR, imported from --path (default: the "
+        "current directory).",
+        example="lgckpt migrate --chain myapp.state:CHAIN --path src --dry-run\n"
+                "lgckpt migrate --chain myapp.state:CHAIN t-1 t-2",
+    )
+    p.add_argument("threads", metavar="THREAD", nargs="*",
+                   help="the threads to migrate (default: every thread)")
+    p.add_argument("--chain", required=True, metavar="MODULE:ATTR",
+                   help="the SchemaChain to apply, e.g. myapp.state:CHAIN")
+    p.add_argument("--path", action="append", metavar="DIR",
+                   help="a directory to import MODULE from (repeatable; default: .)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="report what would change, write nothing")
+    p.set_defaults(run=run_migrate)
+
+
+def load_chain(spec: str, dirs: Sequence[str] | None) -> SchemaChain:
+    """The `SchemaChain` that `MODULE:ATTR` names, MODULE imported with `dirs` first on the
+    path."""
+    from ..migrations import SchemaChain
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CliError(f"--chain {spec!r}: write MODULE:ATTR, e.g. myapp.state:CHAIN", USAGE)
+    sys.path[:0] = [os.path.abspath(d) for d in dirs or ["."]]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CliError(f"--chain: cannot import {module_name!r} ({exc}): add its directory "
+                       "with --path DIR", USAGE) from exc
+    except Exception as exc:
+        raise CliError(f"--chain: importing {module_name!r} failed: {type(exc).__name__}: "
+                       f"{exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise CliError(f"--chain: {module_name!r} has no attribute {attr!r}", USAGE)
+        obj = getattr(obj, part)
+    if not isinstance(obj, SchemaChain):
+        raise CliError(f"--chain: {spec} is a {type(obj).__name__}, not a SchemaChain", USAGE)
+    return obj
+
+
+def run_migrate(args: argparse.Namespace, out: Output) -> int:
+    chain = load_chain(args.chain, args.path)
+    with open_saver(args.url, write=not args.dry_run, create=False, schema_chain=chain) as saver:
+        threads = _threads_of(saver, args.threads, False) if args.threads else None
+        with out.progress(len(threads) if threads else None, "migrating threads") as bar:
+
+            def step(p: Any) -> None:  # called after each thread, from the saver's loop
+                bar.total = p.threads_total
+                bar.update(p.threads_done - bar.done)
+
+            report = saver.migrate_threads(threads, dry_run=args.dry_run, progress=step)
+    if out.json_mode:
+        out.json(report)
+    else:
+        out.line(report.summary())
+    return OK
+
+
+# -- verify ---------------------------------------------------------------------------------------
+
+
+def _verify(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = add_command(
+        sub, "verify", help="check threads' audit hash chains (exit 6 on a problem)",
+        description="Recompute each checkpoint's audit hash from what is stored and check the "
+        "links to its parent, for threads written with audit=True. Exits with 6 when a "
+        "checkpoint was altered, removed or replaced, or when a thread holds no audit trail.",
+        example="lgckpt verify --all\n"
+                "lgckpt verify t-1 --json",
+    )
+    p.add_argument("threads", metavar="THREAD", nargs="*", help="the threads to verify")
+    p.add_argument("--all", action="store_true", help="every thread of the store")
+    p.set_defaults(run=run_verify)
+
+
+def audit_row(report: AuditReport) -> dict[str, Any]:
+    from ..timetravel.audit import UNHASHED
+
+    unaudited = bool(report.problems) and all(p.kind == UNHASHED for p in report.problems) and (
+        len(report.problems) == report.checked)
+    if report.ok:
+        status = "intact"
+    elif unaudited:
+        status = "not audited"
+    else:
+        status = f"failed: {len(report.problems)} problem(s)"
+    return {
+        "thread_id": report.thread_id,
+        "checked": report.checked,
+        "status": status,
+        "ok": report.ok,
+        "audited": not unaudited,
+        "problems": [
+            {"kind": p.kind, "checkpoint_ns": p.checkpoint_ns, "checkpoint_id": p.checkpoint_id,
+             "detail": p.detail}
+            for p in report.problems
+        ],
+    }
+
+
+def run_verify(args: argparse.Namespace, out: Output) -> int:
+    reports = []
+    with open_saver(args.url, write=False) as saver:
+        threads = _threads_of(saver, args.threads, args.all)
+        with out.progress(len(threads), "verifying") as bar:
+            for thread_id in threads:
+                try:
+                    reports.append(saver.verify(thread_id))
+                except ThreadNotFoundError:
+                    if not args.all:
+                        raise
+                bar.update()
+    rows = [audit_row(r) for r in reports]
+    out.table(rows, ["thread_id", "checked", "status"])
+    failed = [r for r in reports if not r.ok and audit_row(r)["audited"]]
+    unaudited = [r["thread_id"] for r in rows if not r["audited"]]
+    if not out.json_mode:
+        for report in failed:
+            out.line(str(report))
+    if unaudited:
+        out.error(f"{len(unaudited)} thread(s) hold no audit trail ({_names(unaudited)}): they "
+                  "were written with audit off; write with audit=True (e.g. connect(url, "
+                  "audit=True)) to record one")
+    if failed:
+        out.error(f"verification failed for {len(failed)} of {len(rows)} thread(s): "
+                  f"{_names([r.thread_id for r in failed])}")
+    return VERIFY_FAILED if failed or unaudited else OK
+
+
+def _names(ids: Sequence[str], show: int = 5) -> str:
+    text = ", ".join(repr(t) for t in ids[:show])
+    return text + (f" and {len(ids) - show} more" if len(ids) > show else "")
+
+
+# -- stats ----------------------------------------------------------------------------------------
+
+
+def _stats(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = add_command(
+        sub, "stats", help="bytes stored per thread, or per channel of one thread",
+        description="Bytes of stored values (serialized data; not the keys, indexes or the "
+        "engine's overhead): per thread, or with THREAD per namespace, kind (checkpoint "
+        "records, channel values as blobs, pending writes) and channel.",
+        example="lgckpt stats --limit 20\n"
+                "lgckpt stats t-1 --json",
+    )
+    p.add_argument("thread", metavar="THREAD", nargs="?", help="one thread, in detail")
+    _add_paging(p, 100)
+    p.set_defaults(run=run_stats)
+
+
+def run_stats(args: argparse.Namespace, out: Output) -> int:
+    with open_saver(args.url, write=False) as saver:
+        if args.thread is not None:
+            return _thread_stats(saver, args.thread, out)
+        page, more = _page(saver.thread_ids(), args.after, args.limit)
+        rows: list[dict[str, Any]] = []
+        with out.progress(len(page), "reading sizes") as bar:
+            for thread_id in page:
+                totals = _totals(saver.sizes(thread_id))
+                if totals["checkpoints"]:
+                    rows.append({"thread_id": thread_id, **totals})
+                bar.update()
+    out.table(rows, ["thread_id", "checkpoints", "blobs", "writes", "bytes"])
+    if not out.json_mode and rows:
+        out.line(f"total: {human_bytes(sum(r['bytes'] for r in rows))} in {len(rows)} "
+                 "thread(s)")
+    _more(out, more, page)
+    return OK
+
+
+def _thread_stats(saver: StoreCheckpointer, thread_id: str, out: Output) -> int:
+    sizes = saver.sizes(thread_id)
+    if not sizes:
+        raise _not_found(thread_id)
+    order = {"checkpoint": 0, "blob": 1, "write": 2}
+    sizes.sort(key=lambda s: (s.checkpoint_ns, order.get(s.kind, 3), -s.bytes, s.channel))
+    rows = [{"checkpoint_ns": s.checkpoint_ns, "kind": s.kind, "channel": s.channel,
+             "rows": s.rows, "bytes": s.bytes} for s in sizes]
+    out.table(rows, ["checkpoint_ns", "kind", "channel", "rows", "bytes"])
+    if not out.json_mode:
+        out.line(f"total: {human_bytes(sum(s.bytes for s in sizes))} in "
+                 f"{sum(s.rows for s in sizes)} row(s)")
+    return OK

@@ -1,0 +1,215 @@
+"""What a command prints: aligned tables or JSON on stdout, progress and errors on stderr.
+
+Colour is used only on a terminal, and never when `NO_COLOR` is set (https://no-color.org) or
+`--no-color` is given. In JSON mode stdout holds one JSON document: a table is printed as a
+JSON array of its rows, text lines go to stderr, and no progress is drawn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from datetime import date, datetime
+from types import TracebackType
+from typing import IO, Any
+
+_BOLD = "\033[1m"
+_RESET = "\033[0m"
+_GREEN, _YELLOW, _RED = "\033[32m", "\033[33m", "\033[31m"
+# The first word of a status cell -> its colour.
+_STATUS_COLOR = {
+    "done": _GREEN, "intact": _GREEN, "ok": _GREEN, "removed": _GREEN, "migrated": _GREEN,
+    "current": _GREEN,
+    "running": _YELLOW, "awaiting": _YELLOW, "skipped": _YELLOW, "would": _YELLOW,
+    "kept": _YELLOW, "not": _YELLOW,
+    "error": _RED, "failed": _RED, "altered": _RED, "missing": _RED, "broken": _RED,
+}
+
+
+def jsonable(value: Any) -> Any:
+    """`value` as plain JSON types: pydantic models (messages included) dumped, dataclasses as
+    dicts, dates in ISO 8601, bytes as text where they decode, anything else as its repr."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, Mapping):
+        return {_key(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return repr(value)
+    dump = getattr(value, "model_dump", None)  # pydantic: LangChain messages, our models
+    if callable(dump):
+        try:
+            return jsonable(dump(mode="json"))
+        except Exception:  # a field pydantic cannot serialize
+            return repr(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return repr(value)
+
+
+def _key(k: Any) -> str:
+    return k if isinstance(k, str) else json.dumps(jsonable(k))
+
+
+def human_bytes(n: int) -> str:
+    """`n` bytes for a reader: `512 B`, `12.3 KiB`, `4.0 MiB`."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def cell(column: str, value: Any) -> str:
+    """How a table shows a value: `-` for none, sizes (a column named `bytes` or ending in
+    `_bytes`) humanized, times to the second, lists comma-separated, statuses with spaces."""
+    if value is None or value == "":
+        return "-"
+    if (column == "bytes" or column.endswith("_bytes")) and isinstance(value, int):
+        return human_bytes(value)
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list | tuple):
+        return ", ".join(cell("", v) for v in value) or "-"
+    if column == "status":
+        return str(value).replace("_", " ")
+    return str(value)
+
+
+class Progress:
+    """A progress bar on stderr, drawn at most ten times a second; `update(n)` counts `n` more
+    items. Silent when `draw` is False. `total` may be set once it is known."""
+
+    def __init__(self, stream: IO[str], total: int | None, label: str, draw: bool) -> None:
+        self.total = total
+        self.done = 0
+        self._stream = stream
+        self._label = label
+        self._draw = draw
+        self._shown = 0.0
+
+    def __enter__(self) -> Progress:
+        self._render(force=True)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._draw:
+            self._render(force=True)
+            self._stream.write("\n")
+            self._stream.flush()
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        self._render()
+
+    def _render(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self._draw or (not force and now - self._shown < 0.1):
+            return
+        self._shown = now
+        if self.total:
+            width = 30
+            filled = min(width, width * self.done // self.total)
+            bar = f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}"
+        else:
+            bar = str(self.done)
+        self._stream.write(f"\r{self._label} {bar}")
+        self._stream.flush()
+
+
+class Output:
+    """Where a command's results go.
+
+    Args:
+        json_mode: print JSON (tables as arrays of rows) instead of text.
+        color: colour headers and statuses; None: only when stdout is a terminal and
+            `NO_COLOR` is unset.
+    """
+
+    def __init__(
+        self, json_mode: bool, color: bool | None, *, stdout: IO[str] | None = None,
+        stderr: IO[str] | None = None,
+    ) -> None:
+        self.json_mode = json_mode
+        self.stdout = stdout or sys.stdout
+        self.stderr = stderr or sys.stderr
+        if color is None:
+            color = _is_tty(self.stdout) and "NO_COLOR" not in os.environ
+        self.color = color and not json_mode
+
+    def table(self, rows: list[dict[str, Any]], columns: list[str]) -> None:
+        """Rows as aligned columns under a header (JSON mode: the rows, whole, as an array)."""
+        if self.json_mode:
+            self.json(rows)
+            return
+        if not rows:
+            self.line("(none)")
+            return
+        heads = [c.replace("_", " ").upper() for c in columns]
+        cells = [[cell(c, r.get(c)) for c in columns] for r in rows]
+        widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(heads)]
+        self.line(self._paint("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True))
+                              .rstrip(), _BOLD))
+        for r in cells:
+            parts = []
+            for c, text, w in zip(columns, r, widths, strict=True):
+                padded = text.ljust(w)
+                if c == "status":
+                    padded = self._paint(text, _STATUS_COLOR.get(text.split(" ")[0], "")) + (
+                        " " * (w - len(text)))
+                parts.append(padded)
+            self.line("  ".join(parts).rstrip())
+
+    def json(self, obj: Any) -> None:
+        """`obj` as indented JSON on stdout (see `jsonable` for what it turns values into)."""
+        self.stdout.write(json.dumps(jsonable(obj), indent=2, ensure_ascii=False) + "\n")
+        self.stdout.flush()
+
+    def line(self, text: str = "") -> None:
+        """A line of text: on stdout, or on stderr in JSON mode (stdout holds only JSON)."""
+        stream = self.stderr if self.json_mode else self.stdout
+        stream.write(text + "\n")
+        stream.flush()
+
+    def progress(self, total: int | None, label: str) -> Progress:
+        """A context manager: a progress bar on stderr, drawn only when stderr is a terminal
+        and not in JSON mode; `.update(n=1)` as items complete."""
+        draw = not self.json_mode and _is_tty(self.stderr)
+        return Progress(self.stderr, total, label, draw)
+
+    def error(self, message: str) -> None:
+        """One line on stderr: `lgckpt: error: message`."""
+        text = " ".join(str(message).split())  # one line, whatever the message holds
+        self.stderr.write(f"lgckpt: error: {text}\n")
+        self.stderr.flush()
+
+    def warn(self, message: str) -> None:
+        """One line on stderr: `lgckpt: warning: message`."""
+        self.stderr.write(f"lgckpt: warning: {' '.join(str(message).split())}\n")
+        self.stderr.flush()
+
+    def _paint(self, text: str, code: str) -> str:
+        return f"{code}{text}{_RESET}" if self.color and code and text else text
+
+
+def _is_tty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
