@@ -405,7 +405,7 @@ class ProcessReplica:
             self.busy.update(op.threads)
 
     def _overflow(self) -> None:
-        from .replicated import ReplicationError
+        from ..core.errors import ReplicationError
 
         self.owner._replicator.send(("drop", self.index))
         for op in self.acks.values():
@@ -445,6 +445,8 @@ class ProcessReplica:
             if op is not None:
                 self._mark(op)
         elif kind == "health":
+            if rest[0] and not self.up:  # back after an outage: it may have lost data
+                self.repair_all = True
             self.up, self.failures = rest[0], rest[1]
             if rest[2] is not None:
                 self.last_error = RemoteError(rest[2])

@@ -18,7 +18,7 @@ import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -119,7 +119,7 @@ class _Ack:
         future: asyncio.Future[None] = loop.create_future()
 
         def wake() -> None:
-            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+            loop.call_soon_threadsafe(_resolve, future)
 
         with self._lock:
             if self._done.is_set():
@@ -163,6 +163,11 @@ def _apply(saver: BaseCheckpointSaver[Any], op: _Op) -> None:
         saver.copy_thread(*a)
     else:
         saver.prune(a[0], strategy=a[1])
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 # -- what the user reads -----------------------------------------------------------------------
@@ -223,6 +228,8 @@ class ReplicaRepair:
     """Threads the primary no longer holds."""
     threads_skipped: list[str] = field(default_factory=list)
     """Threads with writes still queued for the replica: compared again next time."""
+    threads_failed: dict[str, str] = field(default_factory=dict)
+    """Threads whose repair failed, with why (the others were repaired)."""
     error: str | None = None
     """Why the repair of this replica stopped (it is resumed by running `repair()` again)."""
 
@@ -237,7 +244,8 @@ class RepairReport:
         """True when every replica was already equal to the primary."""
         return all(
             r.error is None and not (r.checkpoints_copied or r.writes_copied
-                                     or r.threads_rebuilt or r.threads_deleted)
+                                     or r.threads_rebuilt or r.threads_deleted
+                                     or r.threads_failed)
             for r in self.replicas
         )
 
@@ -249,6 +257,7 @@ class RepairReport:
                 f"{r.checkpoints_copied} checkpoints and {r.writes_copied} writes copied, "
                 f"{len(r.threads_rebuilt)} rebuilt, {len(r.threads_deleted)} deleted, "
                 f"{len(r.threads_skipped)} skipped (busy)"
+                + (f", {len(r.threads_failed)} failed" if r.threads_failed else "")
                 + (f"; stopped: {r.error}" if r.error else "")
             )
         lines.append(f"{self.seconds:.2f} s")
@@ -353,6 +362,8 @@ class _Replica:
             backoff = 0.05
             with self.cond:
                 self.applying = False
+                if not self.up:  # back after an outage: it may have lost data (a restart)
+                    self.repair_all = True
                 self.up = True
                 for entry in batch:
                     self._pop(entry)
@@ -376,7 +387,7 @@ class _Replica:
         first = self.queue[0]
         if first.op.kind not in ("put", "writes") or not hasattr(self.saver, "put_batch"):
             return [first]
-        out = []
+        out: list[_Entry] = []
         for entry in self.queue:  # one thread's: a batch is one thread's on some backends
             if (entry.op.kind not in ("put", "writes") or entry.op.threads != first.op.threads
                     or len(out) >= _BATCH):
@@ -548,7 +559,7 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
                 self._replicas.append(ProcessReplica(n, len(urls), r[0], r[1], self))
                 urls.append((n, r[0], r[1]))
             else:
-                self._replicas.append(_Replica(n, r, self))
+                self._replicas.append(_Replica(n, cast(BaseCheckpointSaver[Any], r), self))
         if urls:
             from ._replicator import Replicator
 
@@ -756,7 +767,7 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
                    metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
         args = self._frozen_put(config, checkpoint, metadata, new_versions)
-        return await self._awrite(
+        return await self._awrite(  # type: ignore[no-any-return]
             "put", lambda s: s.aput(*args), args,
             (thread_id_of(config),))
 
@@ -904,22 +915,23 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         return self._on_primary(lambda s: s.get_tuple(config))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._aon_primary(lambda s: s.aget_tuple(config))
+        return await self._aon_primary(  # type: ignore[no-any-return]
+            lambda s: s.aget_tuple(config))
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None
              ) -> Iterator[CheckpointTuple]:
         validate_filter(filter)  # raise here, not at the first next()
-        kw = {"filter": filter, "before": before, "limit": limit}
         # Fail over only before the first item: a listing never mixes two stores.
-        return self._on_primary(lambda s: _started(s.list(config, **kw)))
+        return self._on_primary(lambda s: _started(
+            s.list(config, filter=filter, before=before, limit=limit)))
 
     async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
                     before: RunnableConfig | None = None, limit: int | None = None
                     ) -> AsyncIterator[CheckpointTuple]:
         validate_filter(filter)
-        kw = {"filter": filter, "before": before, "limit": limit}
-        first, rest = await self._aon_primary(lambda s: _astarted(s.alist(config, **kw)))
+        first, rest = await self._aon_primary(lambda s: _astarted(
+            s.alist(config, filter=filter, before=before, limit=limit)))
         if first is _END:
             return
         yield first
@@ -933,7 +945,7 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
 
     async def aget_delta_channel_history(self, *, config: RunnableConfig, channels: Sequence[str]
                                          ) -> Mapping[str, DeltaChannelHistory]:
-        return await self._aon_primary(
+        return await self._aon_primary(  # type: ignore[no-any-return]
             lambda s: s.aget_delta_channel_history(config=config, channels=channels))
 
     def get_next_version(self, current: Any, channel: Any = None) -> Any:
@@ -1004,9 +1016,16 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
                         if busy:
                             report.threads_skipped.append(thread_id)
                         else:
-                            _repair_thread(self.primary, replica.saver, thread_id, report)
-                            with replica.cond:
-                                replica.to_repair.discard(thread_id)
+                            try:
+                                _repair_thread(self.primary, replica.saver, thread_id, report)
+                            except Exception as exc:
+                                if _unavailable(exc):
+                                    raise  # a store is down: stop; the next run resumes
+                                # this thread only (e.g. a value the replica refuses)
+                                report.threads_failed[thread_id] = _describe(exc)
+                            else:
+                                with replica.cond:
+                                    replica.to_repair.discard(thread_id)
                     finally:
                         self._unhold(thread_id)
                 if progress is not None:
@@ -1015,7 +1034,8 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
             report.error = _describe(exc)
             return report
         with replica.cond:
-            if only is None and full and not report.threads_skipped:
+            if only is None and full and not report.threads_skipped and not (
+                    report.threads_failed):
                 replica.repair_all = False
             if only is None:  # marked threads neither store holds any more
                 replica.to_repair -= marked - set(report.threads_skipped)

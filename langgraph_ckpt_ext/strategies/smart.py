@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import math
 import threading
 import time
@@ -91,7 +92,7 @@ class _Thread:
     bytes: int = 0
     puts: int = 0
     # Called once the in-flight batch is done: flushes that found it busy wait on these.
-    waiters: list[Callable[[], None]] = field(default_factory=list)
+    waiters: list[Callable[[], object]] = field(default_factory=list)
 
     def items(self) -> list[_Item]:
         return [*self.inflight, *self.pending]
@@ -408,7 +409,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
 
     # -- flushing ---------------------------------------------------------------------------
 
-    def _take(self, thread_id: str, wake: Callable[[], None]) -> list[_Item] | None:
+    def _take(self, thread_id: str, wake: Callable[[], object]) -> list[_Item] | None:
         """Move a thread's queue in flight; None if another flush has it in flight (`wake` is
         then called once that one is done)."""
         with self._lock:
@@ -486,7 +487,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         loop = asyncio.get_running_loop()
         while True:
             idle = loop.create_future()
-            batch = self._take(thread_id, lambda f=idle: loop.call_soon_threadsafe(_resolve, f))
+            batch = self._take(thread_id, functools.partial(
+                loop.call_soon_threadsafe, _resolve, idle))
             if batch is None:
                 await idle
                 continue

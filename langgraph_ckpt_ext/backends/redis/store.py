@@ -242,6 +242,9 @@ class RedisStore:
             try:
                 return await op(await self._client())
             except _LOST as exc:
+                # The server may have restarted without its data: index entries remembered as
+                # added must be added again.
+                self._seen.clear()
                 if attempt == _ATTEMPTS - 1:
                     raise StoreUnavailableError(
                         f"Redis unreachable ({type(exc).__name__}: {exc}); tried {_ATTEMPTS} "
