@@ -191,6 +191,7 @@ def child_main() -> None:  # pragma: no cover - runs in the child; covered by it
 
     class Owner:
         max_queue = 1 << 62  # the parent bounds each queue
+        linger = 0.0
 
     class ChildReplica(_Replica):
         index = 0
@@ -213,6 +214,7 @@ def child_main() -> None:  # pragma: no cover - runs in the child; covered by it
     try:
         hello = read_frame(stdin)
         specs: Sequence[tuple[str, str, dict[str, Any]]] = hello[1]
+        Owner.linger = float(hello[2].get("linger", 0.0))
         replicas = []
         for i, (name, url, options) in enumerate(specs):
             try:
@@ -279,7 +281,7 @@ class Replicator:
     """The child process and the pipe to it (the parent's side)."""
 
     def __init__(self, specs: Sequence[tuple[str, str, dict[str, Any]]],
-                 on_events: Callable[[list[Any]], None]) -> None:
+                 on_events: Callable[[list[Any]], None], linger: float = 0.0) -> None:
         import subprocess
 
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -298,7 +300,7 @@ class Replicator:
         self.cache = ListCache()
         self._on_events = on_events
         self.closed = threading.Event()
-        send_frame(self._out, ("hello", list(specs)))
+        send_frame(self._out, ("hello", list(specs), {"linger": linger}))
         answer = read_frame(self._in)
         if answer[0] != "ready":
             self.process.wait(timeout=10)

@@ -337,6 +337,7 @@ class _Replica:
                     self.cond.wait()
                 if self.stopping and (not self.queue or not self.up):
                     return
+                self._linger()
                 batch = self._head()
                 self.applying = bool(batch)
             try:
@@ -379,6 +380,23 @@ class _Replica:
                 self.busy[t] -= 1
                 if self.busy[t] <= 0:
                     del self.busy[t]
+
+    def _linger(self) -> None:
+        """Let a run of one thread's writes gather (a turn's checkpoints and writes come a few
+        ms apart) so that it goes as one batch: fewer round trips and less Python per write.
+        Not for a quorum write (someone waits on it) nor when stopping (under `cond`)."""
+        linger = self.owner.linger
+        if not linger or not self.up:
+            return
+        while self.queue and not self.stopping and len(self.queue) < _BATCH:
+            first = self.queue[0].op
+            if (first.ack is not None or getattr(first, "quorum", False)
+                    or first.kind not in ("put", "writes")):
+                return
+            left = first.at + linger - time.monotonic()
+            if left <= 0:
+                return
+            self.cond.wait(left)
 
     def _head(self) -> list[_Entry]:
         """The ops to apply next: a run of checkpoints and writes (one batch), or one other."""
@@ -484,6 +502,8 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
             too (the old primary becomes a replica, marked for a full repair); off by default:
             writes then fail with `PrimaryUnavailableError`.
         names: a name per replica for status and reports (default `replica-0`, ...).
+        linger: seconds a replica waits after a write comes for more of them, to apply them as
+            one batch (async modes; a quorum write goes at once).
 
     Example:
         >>> cp = ReplicatedCheckpointer(pg, [redis_cp, sqlite_cp], "quorum")  # doctest: +SKIP
@@ -507,6 +527,7 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         promote: bool = False,
         retry_primary_after: float = 1.0,
         names: Sequence[str] | None = None,
+        linger: float = 0.01,
     ) -> None:
         if not isinstance(primary, BaseCheckpointSaver):
             raise InvalidConfigError(f"primary must be a BaseCheckpointSaver, got {primary!r}")
@@ -529,7 +550,7 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
                     f"({len(replicas)})")
         for name, value in (("max_wait", max_wait), ("quorum_timeout", quorum_timeout),
                             ("repair_interval", repair_interval),
-                            ("retry_primary_after", retry_primary_after)):
+                            ("retry_primary_after", retry_primary_after), ("linger", linger)):
             if not value >= 0:
                 raise InvalidConfigError(f"{name} must be >= 0, got {value!r}")
         if max_queue < 1:
@@ -548,6 +569,7 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         self._written: set[str] | None = set()
         self.failover_reads, self.promote = failover_reads, promote
         self.retry_primary_after = retry_primary_after
+        self.linger = linger
         self._seq = 0
         self._replicator: Any = None
         self._replicas: list[Any] = []
@@ -563,7 +585,7 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         if urls:
             from ._replicator import Replicator
 
-            self._replicator = Replicator(urls, self._on_events)
+            self._replicator = Replicator(urls, self._on_events, linger)
         self._lock = threading.Lock()  # the order ops are queued in: the primary's
         self._primary_down_until = 0.0
         self._primary_error: BaseException | None = None
