@@ -287,8 +287,16 @@ def test_fork_and_prune(store: Store) -> None:
         assert "sub" not in cp.thread_ids() and cp.sizes("sub") == []
 
 
-def test_migrate(tmp_path: Path) -> None:
-    s = new_store("sqlite", tmp_path)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_migrate(backend: str, tmp_path: Path) -> None:
+    s = new_store(backend, tmp_path)
+    try:
+        _migrate(s)
+    finally:
+        cleanup(s.backend, s.writer)
+
+
+def _migrate(s: Store) -> None:
     with s.open() as cp:  # threads of the v1 state schema, written with no chain
         graph = graph_v1().compile(checkpointer=cp)
         for thread in ("m1", "m2"):
@@ -304,15 +312,62 @@ def test_migrate(tmp_path: Path) -> None:
     again = lgckpt("migrate", *chain, "--json", url=s.url).json()
     assert (again["checkpoints_migrated"], again["checkpoints_current"]) == (3, 3)
     with s.open() as cp:  # stored values rewritten: read with no chain at all
-        values = cp.get_tuple(conf("m2"))
-        assert values is not None and values.metadata["schema_version"] == 3
-        assert values.checkpoint["channel_values"]["goal"] == "o"
+        for thread in ("m1", "m2"):
+            values = cp.get_tuple(conf(thread))
+            assert values is not None and values.metadata["schema_version"] == 3
+            assert values.checkpoint["channel_values"]["goal"] == "o"
+    assert [c for c, _ in s.snapshot().values()] == [c for c, _ in before.values()]
     fails(lgckpt("migrate", "--chain", "tests.schema_graphs:graph_v1", "--path", str(REPO),
                  url=s.url), 2, "not a SchemaChain")
 
 
-def test_verify_finds_a_tampered_store(tmp_path: Path) -> None:
-    s = new_store("sqlite", tmp_path, audit=True)
+def tamper(s: Store, thread: str, channel: str, data: bytes) -> None:
+    """Overwrite the oldest stored value of a thread's channel behind the checkpointer's back
+    (type kept: it still decodes, to something else)."""
+    if s.backend == "sqlite":
+        with sqlite3.connect(s.tmp_path / "ckpt.db") as conn:
+            changed = conn.execute(
+                "UPDATE lgx_blobs SET data = ? WHERE thread_id = ? AND channel = ? AND "
+                "checkpoint_ns = '' AND version = (SELECT MIN(version) FROM lgx_blobs WHERE "
+                "thread_id = ? AND channel = ? AND checkpoint_ns = '')",
+                (data, thread, channel, thread, channel)).rowcount
+        assert changed == 1
+    elif s.backend == "postgres":
+        import psycopg
+
+        table = f'"{s.writer.test_schema}".lgx_blobs'  # type: ignore[attr-defined]
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            changed = conn.execute(
+                f"UPDATE {table} SET data = %s WHERE thread_id = %s AND channel = %s AND "
+                f"checkpoint_ns = '' AND version = (SELECT MIN(version) FROM {table} WHERE "
+                "thread_id = %s AND channel = %s AND checkpoint_ns = '')",
+                (data, thread, channel, thread, channel)).rowcount
+        assert changed == 1
+    else:  # <prefix>:{<thread>}:bl, a hash: ns\0channel\0version -> base\0type\0data
+        import redis
+
+        key = f"{s.writer.test_prefix}:{{{thread}}}:bl"  # type: ignore[attr-defined]
+        client = redis.Redis.from_url(REDIS_URL)
+        try:
+            fields = [f for f in client.hkeys(key)
+                      if f.split(b"\0")[:2] == [b"", channel.encode()]]
+            field = min(fields, key=lambda f: f.split(b"\0")[2])
+            base, type_, _ = client.hget(key, field).split(b"\0", 2)
+            client.hset(key, field, b"\0".join([base, type_, data]))
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_verify_finds_a_tampered_store(backend: str, tmp_path: Path) -> None:
+    s = new_store(backend, tmp_path, audit=True)
+    try:
+        _verify_tampered(s)
+    finally:
+        cleanup(s.backend, s.writer)
+
+
+def _verify_tampered(s: Store) -> None:
     with s.open(audit=True) as cp:
         write_threads(cp)
     run = lgckpt("verify", "--all", url=s.url, script=True)  # the console script
@@ -320,16 +375,12 @@ def test_verify_finds_a_tampered_store(tmp_path: Path) -> None:
     assert {line.split()[0]: line.split()[-1] for line in run.out.splitlines()[1:]} == {
         "approval": "intact", "approved": "intact", "broken": "intact", "chat": "intact",
         "sub": "intact"}
-    with sqlite3.connect(tmp_path / "ckpt.db") as conn:
-        changed = conn.execute(
-            "UPDATE lgx_blobs SET data = ? WHERE thread_id = 'chat' AND channel = 'turns' AND "
-            "version = (SELECT MIN(version) FROM lgx_blobs WHERE thread_id = 'chat' AND "
-            "channel = 'turns')", (b"\x05",)).rowcount
-    assert changed == 1
+    tamper(s, "chat", "turns", b"\x05")
     run = lgckpt("verify", "chat", "approval", "--json", url=s.url)
     assert run.code == 6, run
     reports = {r["thread_id"]: r for r in json.loads(run.out)}
     assert reports["approval"]["ok"] and not reports["chat"]["ok"]
+    assert reports["approval"]["checked"] == 3 and reports["chat"]["checked"] == 6
     assert {p["kind"] for p in reports["chat"]["problems"]} == {"altered"}
     assert fails(Run(6, "", run.err), 6, "verification failed for 1 of 2", "'chat'")
 

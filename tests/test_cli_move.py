@@ -143,6 +143,59 @@ def test_import_from_official(tmp_path: Path) -> None:
         assert run.code == 0 and "2 threads copied" in run.out and "2 already there" in run.out
 
 
+def _fresh(backend: str, tmp_path: Path, name: str) -> tuple[str, Callable[[], None]]:
+    """The URL of an empty store of its own on `backend`, and how to drop it."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / f'{name}.db'}", lambda: None
+    if backend == "postgres":
+        schema = pg_schema()
+        return f"{PG_DSN}?schema={schema}", lambda: drop_pg_schemas(schema)
+    prefix = redis_prefix()
+    return f"{REDIS_URL}?key_prefix={prefix}", lambda: drop_redis_prefixes(prefix)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"])
+def test_move_commands_on_each_backend(backend: str, tmp_path: Path) -> None:
+    """`import --from-official`, `copy`, `export` and `import --jsonl`, each reading from and
+    writing to stores of one backend: an official SqliteSaver database -> A -> B -> a file ->
+    C, every thread equal at each step."""
+    fresh = [_fresh(backend, tmp_path, name) for name in "abc"]
+    (a, b, c), drops = zip(*fresh, strict=True)
+    try:
+        with official_sqlite(tmp_path) as (official, _):
+            run = lgckpt("import", "--from-official", official, "--url", a, "--json")
+            assert run.code == 0, run
+            report = json.loads(run.out)
+            assert report["ok"] and report["threads_copied"] == report["threads_verified"] == 4
+            assert sorted(_state(a) or {}) == ["approve", "chat", "fork", "sub"]
+
+        run = lgckpt("copy", "--url", a, "--to", b, "chat", "sub", "--json")
+        assert run.code == 0, run
+        report = json.loads(run.out)
+        assert report["ok"] and (report["threads_copied"], report["threads_skipped"]) == (2, 0)
+        run = lgckpt("copy", "--url", a, "--to", b)  # the rest; the two already there skipped
+        assert run.code == 0 and "2 threads copied" in run.out and "2 already there" in run.out
+        assert _equal(a, b) == 4
+
+        out = tmp_path / f"{backend}.jsonl"
+        run = lgckpt("export", "--url", b, "-o", str(out), "--json")
+        assert run.code == 0 and not Path(f"{out}.part").exists(), run
+        exported = json.loads(run.out)
+        assert exported["threads"] == 4 and exported["checkpoints"] > 4
+        lines = out.read_text().splitlines()
+        assert json.loads(lines[0])["format"] == "langgraph-ckpt-ext/threads"
+        assert len(lines) == exported["checkpoints"] + 2  # a header, the checkpoints, an end
+
+        run = lgckpt("import", "--jsonl", str(out), "--url", c, "--json")
+        assert run.code == 0, run
+        report = json.loads(run.out)
+        assert report["ok"] and report["threads_copied"] == 4
+        assert _equal(a, c) == 4 and _state(c) == _state(a)
+    finally:
+        for d in drops:
+            d()
+
+
 # -- bad input --------------------------------------------------------------------------------
 
 
