@@ -23,11 +23,13 @@ import struct
 import sys
 import threading
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from langgraph.checkpoint.base import get_serializable_checkpoint_metadata
+
+from .replicated import _Health
 
 _HEADER = struct.Struct("!I")
 _CACHE = 4096  # lists remembered per side (parent and child: the same rule, the same order)
@@ -351,26 +353,17 @@ class RemoteError(Exception):
     """An error a replica raised in the replicator process (its type and message)."""
 
 
-class ProcessReplica:
+class ProcessReplica(_Health):
     """The parent's view of a replica applied in the child: what was sent and not yet
     applied, and the health the child reports. Reads (failover, repair) use a checkpointer of
     its own in this process, opened from the same URL when first needed."""
 
     def __init__(self, name: str, index: int, url: str, options: dict[str, Any],
                  owner: Any) -> None:
-        self.name, self.index, self.url, self.options = name, index, url, options
-        self.owner = owner
+        super().__init__(name, owner)
+        self.index, self.url, self.options = index, url, options
         self.pending: OrderedDict[int, Any] = OrderedDict()
         self.acks: dict[int, Any] = {}  # quorum writes this replica has not answered yet
-        self.busy: Counter[str] = Counter()
-        self.cond = threading.Condition()
-        self.up = True
-        self.applying = False
-        self.applied = 0
-        self.failures = 0
-        self.last_error: BaseException | None = None
-        self.repair_all = False
-        self.to_repair: set[str] = set()
         self.thread = None
         self._saver: Any = None
 
@@ -417,12 +410,6 @@ class ProcessReplica:
             self._mark(op)
         self.pending.clear()
         self.busy.clear()
-
-    def _mark(self, op: Any) -> None:
-        if op.threads and op.kind != "delete_runs":
-            self.to_repair.update(op.threads)
-        else:
-            self.repair_all = True
 
     def drained(self) -> bool:
         return not self.pending

@@ -267,13 +267,12 @@ class RepairReport:
 # -- one replica ------------------------------------------------------------------------------
 
 
-class _Replica:
-    """A replica, its queue and the worker thread that applies it."""
+class _Health:
+    """What every kind of replica keeps: its health, counts and what it must have repaired
+    (all under `cond`)."""
 
-    def __init__(self, name: str, saver: BaseCheckpointSaver[Any], owner: ReplicatedCheckpointer
-                 ) -> None:
-        self.name, self.saver, self.owner = name, saver, owner
-        self.queue: deque[_Entry] = deque()
+    def __init__(self, name: str, owner: Any) -> None:
+        self.name, self.owner = name, owner
         self.busy: Counter[str] = Counter()  # queued ops per thread
         self.cond = threading.Condition()
         self.up = True
@@ -283,6 +282,23 @@ class _Replica:
         self.last_error: BaseException | None = None
         self.repair_all = False
         self.to_repair: set[str] = set()
+
+    def _mark(self, op: _Op) -> None:
+        """An op this replica will not get: its threads (all, if it names none) to repair."""
+        if op.threads and op.kind != "delete_runs":
+            self.to_repair.update(op.threads)
+        else:
+            self.repair_all = True
+
+
+class _Replica(_Health):
+    """A replica, its queue and the worker thread that applies it."""
+
+    def __init__(self, name: str, saver: BaseCheckpointSaver[Any], owner: ReplicatedCheckpointer
+                 ) -> None:
+        super().__init__(name, owner)
+        self.saver = saver
+        self.queue: deque[_Entry] = deque()
         self.stopping = False
         self.thread: threading.Thread | None = None
 
@@ -317,12 +333,6 @@ class _Replica:
             self._mark(entry.op)
         self.queue.clear()
         self.busy.clear()
-
-    def _mark(self, op: _Op) -> None:
-        if op.threads and op.kind != "delete_runs":
-            self.to_repair.update(op.threads)
-        else:
-            self.repair_all = True
 
     def _settle(self, entry: _Entry, error: BaseException | None) -> None:
         if not entry.acked and entry.op.ack is not None:
