@@ -122,3 +122,10 @@ def iterate_inline(agen: AsyncIterator[T]) -> Iterator[T]:
             yield run_inline(_anext(agen))
         except StopAsyncIteration:
             return
+
+
+def resolve(future: asyncio.Future[None]) -> None:
+    """Complete a waiter's future unless it is already done (cancelled): scheduled with
+    `loop.call_soon_threadsafe` by a thread that wakes a coroutine on that loop."""
+    if not future.done():
+        future.set_result(None)

@@ -29,7 +29,7 @@ from typing import IO, Any
 
 from langgraph.checkpoint.base import get_serializable_checkpoint_metadata
 
-from .replicated import _Health
+from .replicated import RemoteError, _describe, _Health
 
 _HEADER = struct.Struct("!I")
 _CACHE = 4096  # lists remembered per side (parent and child: the same rule, the same order)
@@ -202,7 +202,7 @@ def child_main() -> None:  # pragma: no cover - runs in the child; covered by it
             if entry.op.quorum and not entry.acked:  # only a quorum write waits on it
                 entry.acked = True
                 outbox.put(("settled", self.index, entry.op.seq,
-                            None if error is None else f"{type(error).__name__}: {error}"))
+                            None if error is None else _describe(error)))
 
         def _pop(self, entry: Any) -> None:
             if self.queue and self.queue[0] is entry:
@@ -227,7 +227,7 @@ def child_main() -> None:  # pragma: no cover - runs in the child; covered by it
             r.index = i
             replicas.append(r)
     except BaseException as exc:
-        send_frame(stdout, ("fatal", f"{type(exc).__name__}: {exc}"))
+        send_frame(stdout, ("fatal", _describe(exc)))
         return
     send_frame(stdout, ("ready",))
     threading.Thread(target=outbox.run, daemon=True).start()
@@ -243,7 +243,7 @@ def child_main() -> None:  # pragma: no cover - runs in the child; covered by it
                 if seen.get(r.index) != state:
                     seen[r.index] = state
                     outbox.put(("health", r.index, state[0], state[1],
-                                None if err is None else f"{type(err).__name__}: {err}"))
+                                None if err is None else _describe(err)))
 
     threading.Thread(target=watch, daemon=True).start()
     cache = ListCache()
@@ -349,10 +349,6 @@ class Replicator:
             self.process.wait()
 
 
-class RemoteError(Exception):
-    """An error a replica raised in the replicator process (its type and message)."""
-
-
 class ProcessReplica(_Health):
     """The parent's view of a replica applied in the child: what was sent and not yet
     applied, and the health the child reports. Reads (failover, repair) use a checkpointer of
@@ -425,10 +421,7 @@ class ProcessReplica(_Health):
             op = self.pending.pop(rest[0], None)
             if op is not None:
                 self.applied += 1
-                for t in op.threads:
-                    self.busy[t] -= 1
-                    if self.busy[t] <= 0:
-                        del self.busy[t]
+                self._unbusy(op.threads)
         elif kind == "refused":
             op = self.pending.get(rest[0])
             if op is not None:
@@ -442,17 +435,9 @@ class ProcessReplica(_Health):
         self.cond.notify_all()
 
     def status(self) -> Any:
-        from .replicated import ReplicaStatus
-
         with self.cond:
             first = next(iter(self.pending.values()), None)
-            return ReplicaStatus(
-                self.name, self.up, len(self.pending),
-                time.monotonic() - first.at if first is not None else 0.0,
-                self.applied, self.failures,
-                None if self.last_error is None else str(self.last_error),
-                self.repair_all or bool(self.to_repair), len(self.to_repair),
-            )
+            return self._status(len(self.pending), None if first is None else first.at)
 
     def close(self) -> None:
         if self._saver is not None:

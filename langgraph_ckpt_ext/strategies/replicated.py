@@ -31,6 +31,7 @@ from langgraph.checkpoint.base import (
     copy_checkpoint,
 )
 
+from ..core.bridge import resolve
 from ..core.config import thread_id_of
 from ..core.errors import (
     CheckpointNotFoundError,
@@ -119,7 +120,7 @@ class _Ack:
         future: asyncio.Future[None] = loop.create_future()
 
         def wake() -> None:
-            loop.call_soon_threadsafe(_resolve, future)
+            loop.call_soon_threadsafe(resolve, future)
 
         with self._lock:
             if self._done.is_set():
@@ -163,11 +164,6 @@ def _apply(saver: BaseCheckpointSaver[Any], op: _Op) -> None:
         saver.copy_thread(*a)
     else:
         saver.prune(a[0], strategy=a[1])
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 # -- what the user reads -----------------------------------------------------------------------
@@ -283,6 +279,21 @@ class _Health:
         self.repair_all = False
         self.to_repair: set[str] = set()
 
+    def _unbusy(self, threads: tuple[str, ...]) -> None:
+        for t in threads:
+            self.busy[t] -= 1
+            if self.busy[t] <= 0:
+                del self.busy[t]
+
+    def _status(self, queued: int, oldest_at: float | None) -> ReplicaStatus:
+        return ReplicaStatus(
+            self.name, self.up, queued,
+            0.0 if oldest_at is None else time.monotonic() - oldest_at,
+            self.applied, self.failures,
+            None if self.last_error is None else _describe(self.last_error),
+            self.repair_all or bool(self.to_repair), len(self.to_repair),
+        )
+
     def _mark(self, op: _Op) -> None:
         """An op this replica will not get: its threads (all, if it names none) to repair."""
         if op.threads and op.kind != "delete_runs":
@@ -386,10 +397,7 @@ class _Replica(_Health):
         """Take an applied entry off the head (unless an overflow dropped it meanwhile)."""
         if self.queue and self.queue[0] is entry:
             self.queue.popleft()
-            for t in entry.op.threads:
-                self.busy[t] -= 1
-                if self.busy[t] <= 0:
-                    del self.busy[t]
+            self._unbusy(entry.op.threads)
 
     def _linger(self) -> None:
         """Let a run of one thread's writes gather (a turn's checkpoints and writes come a few
@@ -463,13 +471,7 @@ class _Replica(_Health):
 
     def status(self) -> ReplicaStatus:
         with self.cond:
-            return ReplicaStatus(
-                self.name, self.up, len(self.queue),
-                time.monotonic() - self.queue[0].op.at if self.queue else 0.0,
-                self.applied, self.failures,
-                None if self.last_error is None else _describe(self.last_error),
-                self.repair_all or bool(self.to_repair), len(self.to_repair),
-            )
+            return self._status(len(self.queue), self.queue[0].op.at if self.queue else None)
 
     def stop(self) -> None:
         with self.cond:
@@ -477,7 +479,13 @@ class _Replica(_Health):
             self.cond.notify_all()
 
 
+class RemoteError(Exception):
+    """An error a replica raised in the replicator process (its message names its type)."""
+
+
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, RemoteError):
+        return str(exc)
     return f"{type(exc).__name__}: {exc}"
 
 
@@ -778,16 +786,18 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
                 values[ch] = self._frozen(values[ch])
         return (config, checkpoint, self._frozen(dict(metadata)), dict(new_versions))
 
-    def _frozen(self, value: Any) -> Any:
-        if isinstance(value, list):
-            return list(value)
+    def _frozen(self, value: Any, *, items_too: bool = False) -> Any:
+        """A copy of `value` that later changes in place cannot reach. `items_too`: a list's
+        items are copied as well (a write's items are new, not yet given their ids)."""
         if value is None or isinstance(value, str | int | float | bool | bytes):
             return value
+        if isinstance(value, list) and not items_too:
+            return list(value)
         return self.serde.loads_typed(self.serde.dumps_typed(value))
 
     def _frozen_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                        task_id: str, task_path: str) -> tuple[Any, ...]:
-        frozen = [(ch, self.serde.loads_typed(self.serde.dumps_typed(v))) for ch, v in writes]
+        frozen = [(ch, self._frozen(v, items_too=True)) for ch, v in writes]
         return (config, frozen, task_id, task_path)
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,

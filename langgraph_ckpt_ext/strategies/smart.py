@@ -37,6 +37,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 
+from ..core.bridge import resolve
 from ..core.config import (
     checkpoint_id_of,
     checkpoint_ns_of,
@@ -186,11 +187,6 @@ def _events(
             )):
                 found.add(policies.TOOL_CALL)
     return found
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 _live: weakref.WeakSet[SmartCheckpointer] = weakref.WeakSet()
@@ -488,7 +484,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         while True:
             idle = loop.create_future()
             batch = self._take(thread_id, functools.partial(
-                loop.call_soon_threadsafe, _resolve, idle))
+                loop.call_soon_threadsafe, resolve, idle))
             if batch is None:
                 await idle
                 continue
