@@ -76,6 +76,68 @@ def test_append_plan_full_when_list_changes_otherwise() -> None:
     assert log.plan("other-thread", "", "m", "1", ["a", "b", "c"]).base is None  # type: ignore[union-attr]
 
 
+def test_list_encodings_are_reused_and_byte_identical() -> None:
+    """Items are serialized once and their bytes reused (deltas, merges, snapshots, a fork);
+    every blob equals what the serializer itself gives for that slice, and an item the
+    serializer cannot take as msgpack falls back to serializing the slice whole."""
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from langgraph_ckpt_ext.core import codec
+
+    serde = JsonPlusSerializer()
+    calls = 0
+    real = serde.dumps_typed
+
+    def counting(value: Any) -> tuple[str, bytes]:
+        nonlocal calls
+        calls += 1
+        return real(value)
+
+    serde.dumps_typed = counting  # type: ignore[method-assign]
+    log = AppendLog(snapshot_every=8)
+    items: list[Any] = [AIMessage(content=f"m{i}" * 20, id=str(i)) for i in range(40)]
+    items[3] = {"k": [1, None, 2.5]}
+    items[5] = None
+    value: list[Any] = []
+    for i, item in enumerate(items):
+        value = [*value, item]
+        before = calls
+        rows, plans = codec.encode_blobs(serde, log, "t", "", {"m": value}, {"m": float(i + 1)})
+        (row,) = rows
+        plan = plans["m"]
+        assert calls - before == 1  # only the new item, however many the row holds
+        assert (row.type, row.data) == real(value[plan.start:])
+        if row.full is not None:
+            assert row.full() == real(value)
+        log.commit("t", "", "m", plan)
+    # A fork of an earlier state plus a new item: one serialization, the shared prefix reused.
+    fork = [*items[:20], AIMessage(content="fork", id="f")]
+    before = calls
+    rows, plans = codec.encode_blobs(serde, log, "t", "", {"m": fork}, {"m": 99.5})
+    assert plans["m"].base is None and calls - before == 1
+    assert (rows[0].type, rows[0].data) == real(fork)
+    # Over 15 and 65,535 items: the array header's other forms.
+    for n in (16, 70_000):
+        big = list(range(n))
+        rows, _ = codec.encode_blobs(serde, AppendLog(), "t", "", {"m": big}, {"m": 1.5})
+        assert (rows[0].type, rows[0].data) == real(big)
+
+    lenient = JsonPlusSerializer(pickle_fallback=True)
+    odd = [1, complex(1, 2), 2]  # msgpack cannot take a complex: pickled
+    rows, _ = codec.encode_blobs(lenient, AppendLog(), "t", "", {"m": odd}, {"m": 1.5})
+    assert rows[0].type == "pickle"
+    # A serializer of another kind (here wrapping values) is asked for each slice whole.
+    seen: list[Any] = []
+
+    class Wrapping(JsonPlusSerializer):
+        def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+            seen.append(obj)
+            return super().dumps_typed(obj)
+
+    rows, _ = codec.encode_blobs(Wrapping(), AppendLog(), "t", "", {"m": [1, 2]}, {"m": 1.5})
+    assert seen == [[1, 2]]
+
+
 def _blob_rows(saver: Any, thread: str) -> list[Any]:
     from langgraph_ckpt_ext.core.rows import BlobRow
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 _FULL = -1
@@ -38,9 +39,12 @@ class _Segment:
 
 
 @dataclass(frozen=True, slots=True)
-class _Chain:
+class Chain:
     items: list[Any]
     segments: tuple[_Segment, ...]
+    # Each item's serialized bytes, for a serializer whose list encoding is the items'
+    # encodings concatenated (`codec.encode_list`): a prefix of `items`, filled as encoded.
+    encoded: list[bytes] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +53,7 @@ class Plan:
 
     start: int
     base: str | None
-    chain: _Chain
+    chain: Chain
 
 
 def _extends(old: list[Any], new: list[Any]) -> bool:
@@ -66,7 +70,7 @@ class AppendLog:
             raise ValueError(f"snapshot_every must be a power of two >= 2, got {snapshot_every}")
         self.top_level = snapshot_every.bit_length() - 1
         self.max_entries = max_entries
-        self._chains: OrderedDict[tuple[str, str, str], _Chain] = OrderedDict()
+        self._chains: OrderedDict[tuple[str, str, str], Chain] = OrderedDict()
         # Channels whose last stored value is not a list: (version, value), read back as is.
         self._values: OrderedDict[tuple[str, str, str], tuple[str, Any]] = OrderedDict()
         self._heads: dict[tuple[str, str], dict[str, str]] = {}  # (thread, ns) -> channel -> version
@@ -82,50 +86,75 @@ class AppendLog:
         # batch) would be a delta on itself: write it whole.
         if (chain is None or any(seg.version == version for seg in chain.segments)
                 or not _extends(chain.items, value)):
-            return self._full(version, value)
+            return self._full(version, value, chain)
         segs = list(chain.segments)
         new = _Segment(version, 0, len(chain.items))
         while len(segs) > 1 and segs[-1].level == new.level:
             merged = segs.pop()
             new = _Segment(version, new.level + 1, merged.start)
         if new.level >= self.top_level:
-            return self._full(version, value)
+            return self._full(version, value, chain)
         segs.append(new)
-        return Plan(new.start, segs[-2].version, _Chain(list(value), tuple(segs)))
+        return Plan(new.start, segs[-2].version, Chain(list(value), tuple(segs), chain.encoded[:]))
 
     @staticmethod
-    def _full(version: str, value: list[Any]) -> Plan:
-        return Plan(0, None, _Chain(list(value), (_Segment(version, _FULL, 0),)))
+    def _full(version: str, value: list[Any], chain: Chain | None) -> Plan:
+        # A fork or a rewritten list still shares its first items with the last one stored:
+        # their encodings carry over as far as the very same objects do.
+        encoded: list[bytes] = []
+        if chain is not None:
+            for old, new, enc in zip(chain.items, value, chain.encoded, strict=False):
+                if old is not new:
+                    break
+                encoded.append(enc)
+        return Plan(0, None, Chain(list(value), (_Segment(version, _FULL, 0),), encoded))
 
     def commit(self, thread_id: str, ns: str, channel: str, plan: Plan, *, full: bool = False) -> None:
         """Remember a plan once its row is stored (`full`: the store wrote the whole value)."""
-        key = (thread_id, ns, channel)
-        chain = plan.chain
-        if full:
-            chain = _Chain(chain.items, (_Segment(chain.segments[-1].version, _FULL, 0),))
-        with self._guard:
-            self._values.pop(key, None)
-            self._chains[key] = chain
-            self._chains.move_to_end(key)
-            self._heads.setdefault((thread_id, ns), {})[channel] = chain.segments[-1].version
-            while len(self._chains) > self.max_entries:
-                (tid, old_ns, ch), _ = self._chains.popitem(last=False)
-                self._drop_head(tid, old_ns, ch)
+        self.record(thread_id, ns, {}, {channel: plan}, (channel,) if full else ())
 
     def remember(self, thread_id: str, ns: str, channel: str, version: str, value: Any) -> None:
         """Remember a value that is not a list, stored whole, as the channel's last (read back
         as is: LangGraph treats channel values as immutable)."""
-        if type(value) is list:
-            return
-        key = (thread_id, ns, channel)
+        self.record(thread_id, ns, {channel: (version, value)}, {}, ())
+
+    def record(
+        self,
+        thread_id: str,
+        ns: str,
+        values: Mapping[str, tuple[str, Any]],
+        plans: Mapping[str, Plan],
+        full: Collection[str] = (),
+    ) -> None:
+        """What one stored checkpoint holds, at once: `values` (channel -> (version, value))
+        as `remember` takes them, `plans` as `commit` does (`full`: channels the store wrote
+        whole)."""
         with self._guard:
-            self._chains.pop(key, None)
-            self._values[key] = (version, value)
-            self._values.move_to_end(key)
-            self._heads.setdefault((thread_id, ns), {})[channel] = version
-            while len(self._values) > self.max_entries:
-                (tid, old_ns, ch), _ = self._values.popitem(last=False)
-                self._drop_head(tid, old_ns, ch)
+            heads = self._heads.setdefault((thread_id, ns), {})
+            for channel, (version, value) in values.items():
+                if type(value) is list:
+                    continue
+                key = (thread_id, ns, channel)
+                self._chains.pop(key, None)
+                self._values[key] = (version, value)
+                self._values.move_to_end(key)
+                heads[channel] = version
+            for channel, plan in plans.items():
+                chain = plan.chain
+                if channel in full:
+                    chain = Chain(chain.items, (_Segment(chain.segments[-1].version, _FULL, 0),),
+                                  chain.encoded)
+                key = (thread_id, ns, channel)
+                self._values.pop(key, None)
+                self._chains[key] = chain
+                self._chains.move_to_end(key)
+                heads[channel] = chain.segments[-1].version
+            if not heads:
+                del self._heads[(thread_id, ns)]
+            for held in (self._values, self._chains):
+                while len(held) > self.max_entries:
+                    (tid, old_ns, ch), _ = held.popitem(last=False)
+                    self._drop_head(tid, old_ns, ch)
 
     def _drop_head(self, thread_id: str, ns: str, channel: str) -> None:
         heads = self._heads.get((thread_id, ns), {})

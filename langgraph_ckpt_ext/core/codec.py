@@ -12,8 +12,9 @@ from langgraph.checkpoint.base import (
     PendingWrite,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from .appendlog import AppendLog, Plan
+from .appendlog import AppendLog, Chain, Plan
 from .errors import CorruptBlobError, SerializationError
 from .rows import BlobRow, Typed, WriteRow
 from .versions import version_key
@@ -37,6 +38,55 @@ def loads(serde: SerializerProtocol, typed: Typed, what: str) -> Any:
         return serde.loads_typed((typed[0], bytes(typed[1])))
     except Exception as exc:
         raise CorruptBlobError(f"cannot decode {what} (type {typed[0]!r}): {exc}") from exc
+
+
+def _array_header(n: int) -> bytes:
+    if n < 16:
+        return bytes((0x90 | n,))
+    if n < 1 << 16:
+        return b"\xdc" + n.to_bytes(2, "big")
+    return b"\xdd" + n.to_bytes(4, "big")
+
+
+def _probe_concatenates() -> bool:
+    serde = JsonPlusSerializer()
+    sample = [{"a": [1, None]}, "x", None, 1.5, b"y", 2**40]
+    whole = serde.dumps_typed(sample)
+    parts = [serde.dumps_typed([item]) for item in sample]
+    return (
+        whole[0] == "msgpack"
+        and all(t == "msgpack" and b[:1] == b"\x91" for t, b in parts)
+        and whole[1] == _array_header(len(sample)) + b"".join(b[1:] for _, b in parts)
+    )
+
+
+_CONCATENATES = _probe_concatenates()
+"""Whether LangGraph's serializer encodes a list as the array header followed by each item's
+own encoding (msgpack does; checked once against the installed version)."""
+
+
+def encode_list(serde: SerializerProtocol, chain: Chain, start: int, what: str) -> Typed:
+    """`chain.items[start:]` serialized, reusing the encodings of items already serialized.
+
+    With LangGraph's own serializer a list is its items' encodings one after the other, so an
+    item is serialized once in a process, however often the append log rewrites it (a merge of
+    segments, a full snapshot, a fork of the thread). Any other serializer (e.g. encrypting)
+    serializes the slice whole.
+    """
+    items = chain.items
+    if _CONCATENATES and type(serde) is JsonPlusSerializer:
+        done = chain.encoded
+        try:
+            for item in items[len(done):]:
+                type_, data = serde.dumps_typed([item])
+                if type_ != "msgpack" or data[:1] != b"\x91":
+                    break  # e.g. the pickle fallback: not an array of items
+                done.append(data[1:])
+        except Exception:  # reported by `dumps` below, with the value named
+            pass
+        if len(done) == len(items):
+            return "msgpack", _array_header(len(items) - start) + b"".join(done[start:])
+    return dumps(serde, items[start:], what)
 
 
 def encode_header(serde: SerializerProtocol, checkpoint: Checkpoint) -> Typed:
@@ -74,11 +124,13 @@ def encode_blobs(
         plan = log.plan(thread_id, ns, channel, vkey, value)
         if plan is not None:
             plans[channel] = plan
-        if plan is None or plan.base is None:
+        if plan is None:
             type_, data = dumps(serde, value, what)
             rows.append(BlobRow(channel, vkey, type_, data))
+        elif plan.base is None:
+            rows.append(BlobRow(channel, vkey, *encode_list(serde, plan.chain, 0, what)))
         else:
-            type_, data = dumps(serde, value[plan.start :], what)
+            type_, data = encode_list(serde, plan.chain, plan.start, what)
             rows.append(
                 BlobRow(
                     channel,
@@ -86,7 +138,7 @@ def encode_blobs(
                     type_,
                     data,
                     plan.base,
-                    full=lambda v=value, w=what: dumps(serde, v, w),  # type: ignore[misc]
+                    full=lambda c=plan.chain, w=what: encode_list(serde, c, 0, w),  # type: ignore[misc]
                 )
             )
     return rows, plans

@@ -268,12 +268,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             if len(self._upgrades_stored) > 4096:
                 self._upgrades_stored.popitem(last=False)
         row = put.row
-        for channel, (vkey, value) in put.plain.items():
-            self._log.remember(row.thread_id, row.checkpoint_ns, channel, vkey, value)
-        if planned:
-            for channel, plan in put.plans.items():
-                self._log.commit(row.thread_id, row.checkpoint_ns, channel, plan,
-                                 full=channel in fell_back)
+        self._log.record(row.thread_id, row.checkpoint_ns, put.plain,
+                         put.plans if planned else {}, fell_back)
 
     async def aput_batch(self, ops: Sequence[tuple[Any, ...]]) -> None:
         """Store checkpoints and writes in order, in one batch (one transaction or round trip

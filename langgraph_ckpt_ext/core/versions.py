@@ -25,10 +25,20 @@ def next_version(current: Version | None) -> Version:
     return math.floor(current) + 1 + random.random()
 
 
+_float_keys: dict[float, str] = {}
+
+
 def version_key(version: Version) -> str:
     """The text form a version is stored under; exact for floats (repr round-trips)."""
     if isinstance(version, float):
-        return repr(version)
+        # Every put and read turns a checkpoint's versions into keys; a float's shortest
+        # repr costs far more than a dict lookup, and the live versions are few.
+        key = _float_keys.get(version)
+        if key is None:
+            if len(_float_keys) >= 1 << 16:
+                _float_keys.clear()
+            key = _float_keys[version] = float.__repr__(version)
+        return key
     return str(version)
 
 
