@@ -3,6 +3,7 @@ failures and metrics (the conformance suite and the graph scenarios run it too).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -208,3 +209,185 @@ def test_bounded_buffer_flushes_early() -> None:
     tiny = SmartCheckpointer(inner, Periodic(3600), max_bytes=100)
     chat_graph().compile(checkpointer=tiny).invoke({"messages": [human("x" * 500)]}, cfg("y"))
     assert stored(inner, "y")
+
+
+# -- a batch that does not wait for the one before it ---------------------------------------
+
+
+class GatedStore:
+    """A real store whose `write_batch` calls can be held at a gate before they go out (each
+    call takes the next gate; past the last, calls go straight through), or made to fail."""
+
+    def __init__(self, store: Any, gates: int) -> None:
+        self._inner = store
+        self.gates = [asyncio.Event() for _ in range(gates)]
+        self.fail: set[int] = set()  # calls (0-based) that raise instead of writing
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def write_batch(self, items: Any) -> Any:
+        n = self.calls
+        self.calls += 1
+        if n < len(self.gates):
+            await self.gates[n].wait()
+        if n in self.fail:
+            raise ConnectionError(f"batch {n} lost")
+        return await self._inner.write_batch(items)
+
+
+def _gated(kind: str, tmp_path: Path, gates: int) -> tuple[Any, GatedStore]:
+    inner = make_saver(kind, tmp_path)
+    inner.setup()
+    gated = GatedStore(inner._store, gates)
+    inner._store = gated  # type: ignore[assignment]
+    return inner, gated
+
+
+async def _run_two_batches(smart: SmartCheckpointer) -> tuple[asyncio.Task[None], Any]:
+    """Checkpoint c1 and a plan change (an event: batch 1, whose write is held), then c2 and
+    another plan change (batch 2). Returns batch 1's task and c2's config."""
+    conf = {"configurable": {"thread_id": "g", "checkpoint_ns": ""}}
+    conf1 = await smart.aput(conf, _checkpoint("c1"), {"source": "loop", "step": 0}, {})
+    first = asyncio.create_task(smart.aput_writes(conf1, [("plan", ["a"])], "task-1"))
+    await asyncio.sleep(0.05)
+    assert not first.done()
+    conf2 = await smart.aput(conf1, _checkpoint("c2"), {"source": "loop", "step": 1}, {})
+    return first, conf2
+
+
+def _stored_plan(inner: Any) -> list[tuple[str, list[Any]]]:
+    return [(t.checkpoint["id"], [w[2] for w in t.pending_writes or []])
+            for t in inner.list(cfg("g"))]
+
+
+async def _astored_plan(inner: Any) -> list[tuple[str, list[Any]]]:
+    return [(t.checkpoint["id"], [w[2] for w in t.pending_writes or []])
+            async for t in inner.alist(cfg("g"))]
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres", "redis"])
+def test_a_batch_carries_the_one_still_out_instead_of_waiting(kind: str, tmp_path: Path) -> None:
+    inner, gated = _gated(kind, tmp_path, gates=1)
+    smart = SmartCheckpointer(inner, OnEvents())
+
+    async def main() -> None:
+        first, conf2 = await _run_two_batches(smart)
+        # Batch 2 goes out while batch 1 is held, with batch 1's rows: one statement for both.
+        await asyncio.wait_for(smart.aput_writes(conf2, [("plan", ["b"])], "task-2"), 10)
+        assert not first.done()
+        assert smart.metrics.buffered == 0 and smart.metrics.batches == 1
+        gated.gates[0].set()
+        await asyncio.wait_for(first, 10)  # batch 1 lands too: the same rows, upserted
+        assert await _astored_plan(inner) == [("c2", [["b"]]), ("c1", [["a"]])]
+        assert smart.metrics.flush_failures == 0
+
+    async def run() -> None:
+        try:
+            await main()
+        finally:
+            await inner.aclose()  # this loop's clients, before the loop goes
+
+    try:
+        asyncio.run(run())
+    finally:
+        smart.close()
+        cleanup(kind, inner)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_a_lost_batch_carried_by_a_stored_one_is_not_written_again(
+    kind: str, tmp_path: Path
+) -> None:
+    inner, gated = _gated(kind, tmp_path, gates=1)
+    gated.fail = {0}
+    smart = SmartCheckpointer(inner, OnEvents())
+
+    async def main() -> None:
+        first, conf2 = await _run_two_batches(smart)
+        await asyncio.wait_for(smart.aput_writes(conf2, [("plan", ["b"])], "task-2"), 10)
+        gated.gates[0].set()
+        await first  # its rows are stored (by batch 2): its caller gets no error
+        await smart.aflush()
+        m = smart.metrics
+        assert m.flush_failures == 1 and m.buffered == 0 and gated.calls == 2
+        assert isinstance(m.last_error, ConnectionError)
+        assert await _astored_plan(inner) == [("c2", [["b"]]), ("c1", [["a"]])]
+
+    async def run() -> None:
+        try:
+            await main()
+        finally:
+            await inner.aclose()
+
+    try:
+        asyncio.run(run())
+    finally:
+        smart.close()
+        cleanup(kind, inner)
+
+
+@pytest.mark.parametrize("first_fails", [True, False])
+def test_when_the_carrying_batch_fails_everything_goes_back_in_order(
+    first_fails: bool, tmp_path: Path
+) -> None:
+    inner, gated = _gated("sqlite", tmp_path, gates=1)
+    gated.fail = {0, 1} if first_fails else {1}
+    smart = SmartCheckpointer(inner, OnEvents())
+
+    async def main() -> None:
+        first, conf2 = await _run_two_batches(smart)
+        with pytest.raises(ConnectionError, match="batch 1 lost"):
+            await smart.aput_writes(conf2, [("plan", ["b"])], "task-2")
+        # Nothing stored, both batches back in the queue, still served from it.
+        assert _stored_plan(inner) == []
+        tup = await smart.aget_tuple(cfg("g"))
+        assert tup is not None and tup.checkpoint["id"] == "c2"
+        gated.gates[0].set()
+        if first_fails:
+            with pytest.raises(ConnectionError, match="batch 0 lost"):
+                await first
+        else:
+            await first
+        assert smart.metrics.buffered == 4
+        await smart.aflush()
+
+    try:
+        asyncio.run(main())
+        assert smart.metrics.buffered == 0
+        assert _stored_plan(inner) == [("c2", [["b"]]), ("c1", [["a"]])]
+    finally:
+        smart.close()
+
+
+class GatedSaver(InMemorySaver):
+    """Not ours: its batches cannot carry others, so a flush waits for the one still out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.held = False
+
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        if not self.held:
+            self.held = True
+            await self.gate.wait()
+        super().put_writes(*args, **kwargs)
+
+
+def test_a_checkpointer_that_cannot_carry_waits_for_the_batch_still_out() -> None:
+    inner = GatedSaver()
+    smart = SmartCheckpointer(inner, OnEvents())
+
+    async def main() -> None:
+        first, conf2 = await _run_two_batches(smart)
+        second = asyncio.create_task(smart.aput_writes(conf2, [("plan", ["b"])], "task-2"))
+        await asyncio.sleep(0.1)
+        assert not second.done() and stored(inner, "g") == ["c1"]
+        inner.gate.set()
+        await asyncio.wait_for(asyncio.gather(first, second), 10)
+
+    asyncio.run(main())
+    assert _stored_plan(inner) == [("c2", [["b"]]), ("c1", [["a"]])]
+    smart.close()

@@ -276,43 +276,76 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         where the backend allows). Each op is `("put", config, checkpoint, metadata,
         new_versions)` or `("writes", config, writes, task_id, task_path)`, as the arguments of
         `aput` / `aput_writes`. Used by `SmartCheckpointer` to flush a thread."""
-        if self._auditor is not None:  # each hash chains on the one stored before it
+        prepared = await self.aprepare_batch(ops)
+        if prepared is None:  # audited: each hash chains on the one stored before it
             for op in ops:
                 if op[0] == "put":
                     await self.aput(*op[1:])
                 else:
                     await self.aput_writes(*op[1:])
             return
-        items: builtins.list[BatchItem] = []
-        puts: builtins.list[_PreparedPut] = []
-        threads: set[str] = set()
+        await self.awrite_prepared([prepared])
+
+    def put_batch(self, ops: Sequence[tuple[Any, ...]]) -> None:
+        """Sync `aput_batch`."""
+        self._sync(self.aput_batch(ops))
+
+    async def aprepare_batch(self, ops: Sequence[tuple[Any, ...]]) -> PreparedBatch | None:
+        """`aput_batch`'s ops as rows, not yet written (None when this checkpointer keeps an
+        audit trail: its records must be sealed one by one as stored).
+
+        Batches are written with `awrite_prepared`, several at once if need be: a batch
+        written again with a later one (while its own write is still out) makes the later
+        write stand for both, so that it never waits for the earlier one to come back.
+        """
+        if self._auditor is not None:
+            return None
+        batch = PreparedBatch([], [], set())
         try:
             for op in ops:
                 if op[0] == "put":
                     put = await self._prepare_put(*op[1:])
-                    items.append((put.row, put.blobs))
-                    puts.append(put)
+                    batch.items.append((put.row, put.blobs))
+                    batch.puts.append(put)
                     row = put.row
-                    threads.add(row.thread_id)
-                    # Committed now, so that the next checkpoint of the batch appends to this
-                    # one; forgotten below if the batch fails.
+                    batch.threads.add(row.thread_id)
+                    # Committed now, so that the next checkpoint (of this batch or one
+                    # prepared after it) appends to this one; forgotten if a write fails.
                     for channel, plan in put.plans.items():
                         self._log.commit(row.thread_id, row.checkpoint_ns, channel, plan)
                 else:
                     rows = self._encode_writes(*op[1:])
                     if rows:
-                        items.append(rows)
-            fell_back = await self._store.write_batch(items) if items else []
+                        batch.items.append(rows)
+                        batch.threads.add(rows[0].thread_id)
         except BaseException:
-            for thread_id in threads:
+            for thread_id in batch.threads:
                 self._log.forget(thread_id)
             raise
+        return batch
+
+    def prepare_batch(self, ops: Sequence[tuple[Any, ...]]) -> PreparedBatch | None:
+        """Sync `aprepare_batch`."""
+        return self._sync(self.aprepare_batch(ops))
+
+    async def awrite_prepared(self, batches: Sequence[PreparedBatch]) -> None:
+        """Write prepared batches, in order, as one batch (one transaction or round trip where
+        the backend allows). Every row is an upsert, so a batch written twice (here and by a
+        write of its own still out) stores the same rows."""
+        items = [item for b in batches for item in b.items]
+        try:
+            fell_back = await self._store.write_batch(items) if items else []
+        except BaseException:
+            for thread_id in {t for b in batches for t in b.threads}:
+                self._log.forget(thread_id)
+            raise
+        puts = [put for b in batches for put in b.puts]
         for put, fell in zip(puts, fell_back, strict=True):
             self._stored(put, fell, planned=False)
 
-    def put_batch(self, ops: Sequence[tuple[Any, ...]]) -> None:
-        """Sync `aput_batch`."""
-        self._sync(self.aput_batch(ops))
+    def write_prepared(self, batches: Sequence[PreparedBatch]) -> None:
+        """Sync `awrite_prepared`."""
+        self._sync(self.awrite_prepared(batches))
 
     def _upgraded_blobs(
         self, thread_id: str, ns: str, values: Mapping[str, Any], versions: Mapping[str, str]
@@ -824,6 +857,15 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+@dataclass(slots=True)
+class PreparedBatch:
+    """Rows of a batch ready to write (`StoreCheckpointer.aprepare_batch`)."""
+
+    items: builtins.list[BatchItem]
+    puts: builtins.list[_PreparedPut]
+    threads: set[str]
 
 
 @dataclass(frozen=True, slots=True)

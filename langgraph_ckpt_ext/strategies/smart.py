@@ -22,7 +22,7 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -84,22 +84,40 @@ class _Writes:
 _Item = _Put | _Writes
 
 
+@dataclass(eq=False)
+class _Flight:
+    """A batch of one thread being written. `prepared`: its rows, once the inner checkpointer
+    made them (`aprepare_batch`); a later batch may then be written with them, and stands for
+    both, so that it need not wait for this one (see `_take`)."""
+
+    items: list[_Item]
+    prepared: Any = None
+    stored: bool = False  # set when this batch, or a later one carrying it, is stored
+
+
 @dataclass
 class _Thread:
     pending: deque[_Item] = field(default_factory=deque)
-    inflight: list[_Item] = field(default_factory=list)
+    # Batches being written, oldest first; each one written also holds the rows of those
+    # before it.
+    flights: list[_Flight] = field(default_factory=list)
     rate: float = 0.0
     last: float = 0.0
     bytes: int = 0
     puts: int = 0
-    # Called once the in-flight batch is done: flushes that found it busy wait on these.
+    # Called when a batch is done: flushes that found the thread busy wait on these.
     waiters: list[Callable[[], object]] = field(default_factory=list)
+
+    @property
+    def inflight(self) -> list[_Item]:
+        return [i for f in self.flights for i in f.items]
 
     def items(self) -> list[_Item]:
         return [*self.inflight, *self.pending]
 
     def oldest(self) -> float | None:
-        first = self.inflight[0] if self.inflight else (self.pending[0] if self.pending else None)
+        inflight = self.inflight
+        first = inflight[0] if inflight else (self.pending[0] if self.pending else None)
         return None if first is None else first.at
 
 
@@ -240,6 +258,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
             raise InvalidConfigError("max_checkpoints and max_bytes must be >= 1")
         super().__init__(serde=inner.serde)
         self.inner = inner
+        # Ours can write a batch together with the rows of one still being written.
+        self._carries = callable(getattr(inner, "aprepare_batch", None))
         self.policy = policy or OnEvents()
         self.coalesce = coalesce
         self.max_checkpoints = max_checkpoints
@@ -405,14 +425,29 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
 
     # -- flushing ---------------------------------------------------------------------------
 
-    def _take(self, thread_id: str, wake: Callable[[], object]) -> list[_Item] | None:
-        """Move a thread's queue in flight; None if another flush has it in flight (`wake` is
-        then called once that one is done)."""
+    def _take(
+        self, thread_id: str, wake: Callable[[], object], until_empty: bool
+    ) -> tuple[_Flight, list[_Flight]] | Literal[False] | None:
+        """Move a thread's queue in flight, with the batches still being written that it must
+        carry: (flight, carried). None: wait (`wake` is called when a batch of the thread is
+        done). False: nothing to write (with `until_empty`, nothing in flight either).
+
+        A batch starts while an earlier one of the thread is still out only if it can carry
+        the earlier one's rows (our checkpointers, once those rows are made; one batch out at
+        a time, not more): it is then one statement holding both, so that once it is stored
+        the earlier rows are too, whatever became of their own write. The thread stays a
+        prefix of what was put, in order."""
         with self._lock:
             st = self._threads.get(thread_id)
             if st is None or not st.pending:
-                return []
-            if st.inflight:
+                if until_empty and st is not None and st.flights:
+                    st.waiters.append(wake)
+                    return None
+                return False
+            # One batch carried at most: each row is then sent at most twice.
+            if st.flights and not (
+                self._carries and len(st.flights) == 1 and st.flights[0].prepared is not None
+            ):
                 st.waiters.append(wake)
                 return None
             batch = list(st.pending)
@@ -421,28 +456,48 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
             if kept is not batch:  # what coalescing dropped no longer counts against bounds
                 st.bytes -= sum(i.size for i in batch) - sum(i.size for i in kept)
                 st.puts -= _puts(batch) - _puts(kept)
-            st.inflight = kept
-            return kept
+            carried = list(st.flights)
+            flight = _Flight(kept)
+            st.flights.append(flight)
+            return flight, carried
 
-    def _done(self, thread_id: str, batch: list[_Item], error: BaseException | None) -> None:
+    def _done(self, thread_id: str, flight: _Flight, error: BaseException | None) -> bool:
+        """Book a batch's write; True if its items are stored (by it, or by a later batch
+        that carried it: then its own failure loses nothing, and is only counted)."""
+        waiters: list[Callable[[], object]] = []
         with self._lock:
-            st = self._threads[thread_id]
-            waiters, st.waiters = st.waiters, []
-            self._settle(thread_id, st, batch, error)
+            st = self._threads.get(thread_id)
+            if st is not None and flight in st.flights:
+                waiters, st.waiters = st.waiters, []
+                self._settle(thread_id, st, flight, error)
+            elif error is not None:  # already settled by a later batch
+                self._metrics.flush_failures += 1
+                self._metrics.last_error = error
         for wake in waiters:
             with contextlib.suppress(RuntimeError):  # a waiter's event loop already closed
                 wake()
+        return flight.stored
 
     def _settle(
-        self, thread_id: str, st: _Thread, batch: list[_Item], error: BaseException | None
+        self, thread_id: str, st: _Thread, flight: _Flight, error: BaseException | None
     ) -> None:
-        """Book a finished batch (under the lock): put back on failure, else count it."""
-        st.inflight = []
+        """Book a finished batch (under the lock). Stored: it and every batch it carried are.
+        Failed: a later batch carrying it decides; if none, all of them go back to the front
+        of the queue."""
+        at = st.flights.index(flight)
         if error is not None:
-            st.pending.extendleft(reversed(batch))
             self._metrics.flush_failures += 1
             self._metrics.last_error = error
+            if at < len(st.flights) - 1:
+                return
+            back = st.inflight
+            st.flights.clear()
+            st.pending.extendleft(reversed(back))
             return
+        for f in st.flights[: at + 1]:
+            f.stored = True
+        batch = [i for f in st.flights[: at + 1] for i in f.items]
+        del st.flights[: at + 1]
         for i in batch:
             key = (i.thread_id, i.ns, i.checkpoint_id)
             if isinstance(i, _Put):
@@ -456,26 +511,28 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         self._metrics.bytes_written += size
         self._metrics.checkpoints_written += sum(isinstance(i, _Put) for i in batch)
         self._metrics.writes_written += sum(isinstance(i, _Writes) for i in batch)
-        if not st.pending:
+        if not st.pending and not st.flights:
             del self._threads[thread_id]
 
     def _flush_thread(self, thread_id: str, until_empty: bool = True) -> None:
-        """Write the thread's queue as one batch (after a flush already writing it); with
-        `until_empty`, also what was queued meanwhile."""
+        """Write the thread's queue as one batch; with `until_empty`, also what was queued
+        meanwhile, and wait for every batch of the thread still being written."""
         while True:
             idle = threading.Event()
-            batch = self._take(thread_id, idle.set)
-            if batch is None:  # another flush of this thread is writing: after it
+            took = self._take(thread_id, idle.set, until_empty)
+            if took is None:  # another flush of this thread is writing: after it
                 idle.wait()
                 continue
-            if not batch:
+            if took is False:
                 return
+            flight, carried = took
             try:
-                self._write_sync(batch)
+                self._write_sync(flight, carried)
             except BaseException as exc:
-                self._done(thread_id, batch, exc)
-                raise
-            self._done(thread_id, batch, None)
+                if not self._done(thread_id, flight, exc):
+                    raise
+            else:
+                self._done(thread_id, flight, None)
             if not until_empty:
                 return
 
@@ -483,39 +540,61 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         loop = asyncio.get_running_loop()
         while True:
             idle = loop.create_future()
-            batch = self._take(thread_id, functools.partial(
-                loop.call_soon_threadsafe, resolve, idle))
-            if batch is None:
+            took = self._take(thread_id, functools.partial(
+                loop.call_soon_threadsafe, resolve, idle), until_empty)
+            if took is None:
                 await idle
                 continue
-            if not batch:
+            if took is False:
                 return
+            flight, carried = took
             try:
-                await self._write_async(batch)
+                await self._write_async(flight, carried)
             except BaseException as exc:
-                self._done(thread_id, batch, exc)
-                raise
-            self._done(thread_id, batch, None)
+                if not self._done(thread_id, flight, exc):
+                    raise
+            else:
+                self._done(thread_id, flight, None)
             if not until_empty:
                 return
 
-    def _write_sync(self, batch: list[_Item]) -> None:
+    def _made(self, flight: _Flight, prepared: Any) -> None:
+        with self._lock:
+            flight.prepared = prepared
+
+    def _write_sync(self, flight: _Flight, carried: list[_Flight]) -> None:
+        ops = [_op(i) for i in flight.items]
+        if self._carries:
+            prepared = self.inner.prepare_batch(ops)  # type: ignore[attr-defined]
+            if prepared is not None:
+                self._made(flight, prepared)
+                self.inner.write_prepared(  # type: ignore[attr-defined]
+                    [*(f.prepared for f in carried), prepared])
+                return
         batcher = getattr(self.inner, "put_batch", None)
         if batcher is not None:
-            batcher([_op(i) for i in batch])
+            batcher(ops)
             return
-        for item in batch:
+        for item in flight.items:
             if isinstance(item, _Put):
                 self.inner.put(item.config, item.checkpoint, item.metadata, item.new_versions)
             else:
                 self.inner.put_writes(item.config, item.writes, item.task_id, item.task_path)
 
-    async def _write_async(self, batch: list[_Item]) -> None:
+    async def _write_async(self, flight: _Flight, carried: list[_Flight]) -> None:
+        ops = [_op(i) for i in flight.items]
+        if self._carries:
+            prepared = await self.inner.aprepare_batch(ops)  # type: ignore[attr-defined]
+            if prepared is not None:
+                self._made(flight, prepared)
+                await self.inner.awrite_prepared(  # type: ignore[attr-defined]
+                    [*(f.prepared for f in carried), prepared])
+                return
         batcher = getattr(self.inner, "aput_batch", None)
         if batcher is not None:
-            await batcher([_op(i) for i in batch])
+            await batcher(ops)
             return
-        for item in batch:
+        for item in flight.items:
             if isinstance(item, _Put):
                 await self.inner.aput(item.config, item.checkpoint, item.metadata,
                                       item.new_versions)
@@ -602,7 +681,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         with self._lock:
             for thread_id, st in self._threads.items():
                 oldest = st.oldest()
-                if oldest is None or st.inflight:
+                if oldest is None or st.flights:
                     continue
                 limit = self.policy.max_age(ThreadActivity(now - oldest, len(st.pending),
                                                            st.rate))
@@ -769,7 +848,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         while True:
             with self._lock:
                 st = self._threads.get(str(thread_id))
-                if st is None or not st.inflight:
+                if st is None or not st.flights:
                     self._threads.pop(str(thread_id), None)
                     return
             time.sleep(0.002)  # a flush is writing it: delete after it
