@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver, copy_checkpoint, create_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from langgraph_ckpt_ext import (
@@ -451,6 +452,53 @@ def test_queue_overflow_marks_the_replica_for_repair(stores: Stores) -> None:
     assert status.needs_repair and status.threads_to_repair == 2 and status.queued <= 2
     assert "needs repair" in str(cp.status())
     assert parent is not None and primary.thread_ids() == ["t0", "t1"]
+
+
+def test_replicas_of_ours_store_the_primarys_rows(stores: Stores) -> None:
+    """Ours all round (async): the primary encodes each write once and the replicas store its
+    rows as they are; a replica missing a delta's base (its rows deleted behind our back)
+    refuses that thread's writes, which are marked for repair, and `repair()` mends it."""
+    primary, sqlite, redis = stores.new("postgres"), stores.new("sqlite"), stores.new("redis")
+    cp = stores.replicated(primary, [sqlite, redis])
+    assert cp._rows
+    encoded: list[str] = []
+    for replica in (sqlite, redis):  # a replica that encoded a value would call its serde
+        real = replica.serde.dumps_typed
+        replica.serde.dumps_typed = lambda v, real=real: encoded.append(repr(v)[:40]) or real(v)
+    chat = chat_graph().compile(checkpointer=cp)
+    for thread in ("a", "b"):
+        for turn in range(3):
+            chat.invoke({"messages": [human(f"{thread}{turn}")]}, cfg(thread))
+    assert cp.flush(10) and encoded == []
+    assert_same(primary, sqlite)
+    assert_same(primary, redis)
+    sqlite.delete_thread("a")  # behind the wrapper's back: its next delta has no base
+    chat.invoke({"messages": [human("a3")]}, cfg("a"))
+    chat.invoke({"messages": [human("b3")]}, cfg("b"))
+    assert cp.flush(10)
+    status = cp.status().replicas[0]
+    assert status.up and status.needs_repair and status.threads_to_repair == 1
+    assert "MissingBaseError" in (status.last_error or ""), status
+    assert cp.status().replicas[1].threads_to_repair == 0
+    report = cp.repair()
+    assert report.replicas[0].checkpoints_copied > 0 and report.replicas[1].checkpoints_copied == 0
+    assert_same(primary, sqlite)
+    assert_same(primary, redis)
+    assert not cp.status().replicas[0].needs_repair
+
+
+def test_rows_are_shipped_only_between_alike_checkpointers(stores: Stores) -> None:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    class Custom(JsonPlusSerializer):
+        pass
+
+    primary = stores.new("sqlite")
+    assert stores.replicated(primary, [stores.new("memory")])._rows
+    assert not stores.replicated(primary, [stores.new("memory")], "quorum")._rows
+    assert not stores.replicated(primary, [stores.new("memory", serde=Custom())])._rows
+    assert not stores.replicated(primary, [stores.new("memory", audit=True)])._rows
+    assert not stores.replicated(primary, [InMemorySaver()])._rows
 
 
 def test_overflowed_threads_stay_marked_until_repaired(stores: Stores) -> None:

@@ -18,6 +18,7 @@ from ..core.rows import (
     MigrationEntry,
     StoredSize,
     WriteRow,
+    whole,
 )
 from ..core.saver import StoreCheckpointer
 from ..core.store import BatchItem, GcPlanner, write_in_turn
@@ -45,8 +46,7 @@ class MemoryStore:
         stored = self.blobs[(thread_id, ns)]
         for blob in blobs:
             if blob.base_version is not None and (blob.channel, blob.base_version) not in stored:
-                assert blob.full is not None
-                blob = BlobRow(blob.channel, blob.version, *blob.full())
+                blob = whole(blob)
                 fell_back.add(blob.channel)
             # Keep only the bytes: `full` holds the whole value it was made from.
             stored[(blob.channel, blob.version)] = replace(blob, full=None)

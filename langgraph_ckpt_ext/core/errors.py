@@ -42,6 +42,11 @@ class StorageVersionError(CheckpointerError):
     """The store was written by a newer version of this package than the one running."""
 
 
+class MissingBaseError(CheckpointerError):
+    """An append-delta's base is not in this store, and the row came without its whole value
+    (rows copied from another store, e.g. by replication): the thread needs a repair."""
+
+
 class StoreUnavailableError(CheckpointerError, ConnectionError):
     """The database server could not be reached after retrying; nothing was half-written."""
 

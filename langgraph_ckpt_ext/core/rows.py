@@ -42,6 +42,19 @@ class BlobRow:
     full: Callable[[], Typed] | None = field(default=None, compare=False, repr=False)
 
 
+def whole(blob: BlobRow) -> BlobRow:
+    """The whole-value row for an append-delta whose base a store found missing."""
+    if blob.full is None:
+        from .errors import MissingBaseError
+
+        raise MissingBaseError(
+            f"the base {blob.base_version!r} of channel {blob.channel!r} at version "
+            f"{blob.version!r} is not stored here, and the row has no whole value to fall "
+            "back on: this thread needs a repair"
+        )
+    return BlobRow(blob.channel, blob.version, *blob.full())
+
+
 @dataclass(frozen=True, slots=True)
 class BlobRef:
     """Where a blob sits in its delta chain, without its bytes (for garbage collection)."""

@@ -19,7 +19,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -249,7 +249,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             None if run_id is None else str(run_id),
             header,
             md_typed,
-            codec.blob_keys(checkpoint["channel_versions"]) if self._row_versions else None,
+            # Only Redis resolves blobs by these, but rows may be copied to one (replication).
+            codec.blob_keys(checkpoint["channel_versions"]),
         )
         values = checkpoint["channel_values"]
         plain = {
@@ -346,6 +347,30 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     def write_prepared(self, batches: Sequence[PreparedBatch]) -> None:
         """Sync `awrite_prepared`."""
         self._sync(self.awrite_prepared(batches))
+
+    async def awrite_rows(self, items: Sequence[BatchItem]) -> None:
+        """Store rows another checkpointer made (`PreparedBatch.rows()`), as one batch: a
+        replica of ours takes the primary's rows instead of encoding every value again. The
+        serializers must be alike (`rows_compatible`). An append-delta whose base is not here
+        raises `MissingBaseError` and nothing is written: the thread needs a repair."""
+        if items:
+            await self._store.write_batch(items)
+
+    def write_rows(self, items: Sequence[BatchItem]) -> None:
+        """Sync `awrite_rows`."""
+        self._sync(self.awrite_rows(items))
+
+    def rows_compatible(self, other: BaseCheckpointSaver[Any]) -> bool:
+        """Whether rows this checkpointer makes can be stored by `other` as they are: both
+        ours, with LangGraph's own serializer (an encrypting one, say, would differ), and
+        neither keeping an audit trail (whose records are sealed as each row is stored)."""
+        return (
+            isinstance(other, StoreCheckpointer)
+            and type(self.serde) is JsonPlusSerializer
+            and type(other.serde) is JsonPlusSerializer
+            and self._auditor is None
+            and other._auditor is None
+        )
 
     def _upgraded_blobs(
         self, thread_id: str, ns: str, values: Mapping[str, Any], versions: Mapping[str, str]
@@ -866,6 +891,15 @@ class PreparedBatch:
     items: builtins.list[BatchItem]
     puts: builtins.list[_PreparedPut]
     threads: set[str]
+
+    def rows(self) -> builtins.list[BatchItem]:
+        """The rows alone, for another store (`awrite_rows`): plain data that pickles, an
+        append-delta without the whole value it could fall back on."""
+        return [
+            (item[0], [replace(b, full=None) if b.full is not None else b for b in item[1]])
+            if isinstance(item, tuple) else item
+            for item in self.items
+        ]
 
 
 @dataclass(frozen=True, slots=True)

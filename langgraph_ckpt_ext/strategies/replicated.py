@@ -32,11 +32,12 @@ from langgraph.checkpoint.base import (
 )
 
 from ..core.bridge import resolve
-from ..core.config import thread_id_of
+from ..core.config import make_config, thread_id_of
 from ..core.errors import (
     CheckpointNotFoundError,
     InvalidConfigError,
     InvalidFilterError,
+    MissingBaseError,
     PrimaryUnavailableError,
     QuorumUnavailableError,
     ReplicationError,
@@ -44,11 +45,13 @@ from ..core.errors import (
     ThreadExistsError,
 )
 from ..core.filters import validate_filter
+from ..core.saver import PreparedBatch, StoreCheckpointer
 
 T = TypeVar("T")
 Consistency = Literal["async", "quorum", "anti_entropy"]
 _MODES = ("async", "quorum", "anti_entropy")
 _BATCH = 64  # ops one replica applies in one batch at most
+_BATCHED = ("put", "writes", "rows")  # ops a replica applies a run of as one batch
 _PROBE = {"configurable": {"thread_id": "__lgckpt_probe__", "checkpoint_ns": ""}}
 
 # Errors that say the call was wrong, not that a store is unreachable: raised as they are,
@@ -56,6 +59,7 @@ _PROBE = {"configurable": {"thread_id": "__lgckpt_probe__", "checkpoint_ns": ""}
 _CALLER_ERRORS: tuple[type[BaseException], ...] = (
     InvalidConfigError, InvalidFilterError, SerializationError, CheckpointNotFoundError,
     ThreadExistsError, NotImplementedError, ValueError, TypeError, KeyError,
+    MissingBaseError,  # rows that need a base this replica lacks: the thread needs a repair
 )
 
 
@@ -135,7 +139,7 @@ class _Ack:
 
 @dataclass
 class _Op:
-    kind: str  # put | writes | delete | delete_runs | copy | prune
+    kind: str  # rows | put | writes | delete | delete_runs | copy | prune
     args: tuple[Any, ...]
     threads: tuple[str, ...]  # the threads it touches (none known: delete_runs)
     at: float
@@ -149,10 +153,20 @@ class _Entry:
     acked: bool = False  # whether this replica has settled the op's ack (first attempt)
 
 
+def _put_config(batch: PreparedBatch) -> RunnableConfig | None:
+    """What `put` returns for a batch of one checkpoint (None for writes)."""
+    if not batch.puts:
+        return None
+    row = batch.puts[0].row
+    return make_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id)
+
+
 def _apply(saver: BaseCheckpointSaver[Any], op: _Op) -> None:
     """An op on one saver, through its sync methods (the worker thread's)."""
     a = op.args
-    if op.kind == "put":
+    if op.kind == "rows":
+        saver.write_rows(*a)  # type: ignore[attr-defined]
+    elif op.kind == "put":
         saver.put(*a)
     elif op.kind == "writes":
         saver.put_writes(*a)
@@ -409,7 +423,7 @@ class _Replica(_Health):
         while self.queue and not self.stopping and len(self.queue) < _BATCH:
             first = self.queue[0].op
             if (first.ack is not None or getattr(first, "quorum", False)
-                    or first.kind not in ("put", "writes")):
+                    or first.kind not in _BATCHED):
                 return
             left = first.at + linger - time.monotonic()
             if left <= 0:
@@ -421,12 +435,13 @@ class _Replica(_Health):
         if not self.queue:
             return []
         first = self.queue[0]
-        if first.op.kind not in ("put", "writes") or not hasattr(self.saver, "put_batch"):
+        rows = first.op.kind == "rows"
+        if first.op.kind not in _BATCHED or not (rows or hasattr(self.saver, "put_batch")):
             return [first]
         out: list[_Entry] = []
         for entry in self.queue:  # one thread's: a batch is one thread's on some backends
-            if (entry.op.kind not in ("put", "writes") or entry.op.threads != first.op.threads
-                    or len(out) >= _BATCH):
+            if ((entry.op.kind == "rows") != rows or entry.op.kind not in _BATCHED
+                    or entry.op.threads != first.op.threads or len(out) >= _BATCH):
                 break
             out.append(entry)
         return out
@@ -434,6 +449,9 @@ class _Replica(_Health):
     def _apply(self, batch: list[_Entry]) -> None:
         if len(batch) == 1:
             _apply(self.saver, batch[0].op)
+        elif batch[0].op.kind == "rows":
+            self.saver.write_rows(  # type: ignore[attr-defined]
+                [item for e in batch for item in e.op.args[0]])
         else:
             self.saver.put_batch([(e.op.kind, *e.op.args) for e in batch])  # type: ignore[attr-defined]
 
@@ -604,6 +622,16 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
             from ._replicator import Replicator
 
             self._replicator = Replicator(urls, self._on_events, linger)
+        # Quorum writes carry values instead: a replica that lost an append-delta's base (a
+        # restart) then writes that value whole, and the write still counts for the quorum.
+        # With rows it would refuse the write until repaired, which async replication leaves
+        # to `repair()` / anti-entropy.
+        self._rows = consistency != "quorum" and isinstance(primary, StoreCheckpointer) and all(
+            primary.rows_compatible(r.saver) if isinstance(r, _Replica)
+            # a replica given as a URL is opened with the defaults, plus its options
+            else primary.rows_compatible(primary) and not {"serde", "audit"} & set(r.options)
+            for r in self._replicas
+        )
         self._lock = threading.Lock()  # the order ops are queued in: the primary's
         self._primary_down_until = 0.0
         self._primary_error: BaseException | None = None
@@ -739,24 +767,28 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
             self._gate.notify_all()
 
     def _write(self, kind: str, call: Callable[[BaseCheckpointSaver[Any]], T],
-               args: tuple[Any, ...], threads: tuple[str, ...]) -> T:
+               args: tuple[Any, ...] | Callable[[], tuple[Any, ...]],
+               threads: tuple[str, ...]) -> T:
+        """Write to the primary, then queue the op for the replicas (`args`: the op's, or
+        what makes them once the primary is written)."""
         self._check_quorum()
         self._enter(threads)
         try:
             result = self._on_primary(call, write=True)
-            ack = self._enqueue(kind, args, threads)
+            ack = self._enqueue(kind, args() if callable(args) else args, threads)
         finally:
             self._leave(threads)
         self._confirmed(ack, ack.wait(self.quorum_timeout) if ack else True)
         return result
 
     async def _awrite(self, kind: str, call: Callable[[BaseCheckpointSaver[Any]], Any],
-                      args: tuple[Any, ...], threads: tuple[str, ...]) -> Any:
+                      args: tuple[Any, ...] | Callable[[], tuple[Any, ...]],
+                      threads: tuple[str, ...]) -> Any:
         self._check_quorum()
         await self._aenter(threads)
         try:
             result = await self._aon_primary(call, write=True)
-            ack = await self._aenqueue(kind, args, threads)
+            ack = await self._aenqueue(kind, args() if callable(args) else args, threads)
         finally:
             self._leave(threads)
         self._confirmed(ack, await ack.await_(self.quorum_timeout) if ack else True)
@@ -800,31 +832,71 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         frozen = [(ch, self._frozen(v, items_too=True)) for ch, v in writes]
         return (config, frozen, task_id, task_path)
 
+    # Our checkpointers, all with LangGraph's own serializer: the primary encodes each write
+    # once, and the replicas store the very rows it stored (`awrite_rows`), taken when the
+    # call came (later changes in place cannot reach bytes). Otherwise each replica gets the
+    # call's values, copied (`_frozen_*`), and encodes them itself.
+
+    def _rows_write(self, op: tuple[Any, ...]) -> tuple[Any, Callable[[], tuple[Any, ...]]]:
+        made: list[PreparedBatch] = []
+
+        def call(s: BaseCheckpointSaver[Any]) -> Any:
+            batch = s.prepare_batch([op])  # type: ignore[attr-defined]
+            s.write_prepared([batch])  # type: ignore[attr-defined]
+            made.append(batch)
+            return _put_config(batch)
+
+        return call, lambda: (made[-1].rows(),)
+
+    def _arows_write(self, op: tuple[Any, ...]) -> tuple[Any, Callable[[], tuple[Any, ...]]]:
+        made: list[PreparedBatch] = []
+
+        async def call(s: BaseCheckpointSaver[Any]) -> Any:
+            batch = await s.aprepare_batch([op])  # type: ignore[attr-defined]
+            await s.awrite_prepared([batch])  # type: ignore[attr-defined]
+            made.append(batch)
+            return _put_config(batch)
+
+        return call, lambda: (made[-1].rows(),)
+
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
+        threads = (thread_id_of(config),)
+        if self._rows:
+            call, rows = self._rows_write(("put", config, checkpoint, metadata, new_versions))
+            return self._write("rows", call, rows, threads)  # type: ignore[no-any-return]
         args = self._frozen_put(config, checkpoint, metadata, new_versions)
-        return self._write("put", lambda s: s.put(*args),
-                           args, (thread_id_of(config),))
+        return self._write("put", lambda s: s.put(*args), args, threads)
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
                    metadata: CheckpointMetadata, new_versions: ChannelVersions) -> RunnableConfig:
+        threads = (thread_id_of(config),)
+        if self._rows:
+            call, rows = self._arows_write(("put", config, checkpoint, metadata, new_versions))
+            return await self._awrite("rows", call, rows, threads)  # type: ignore[no-any-return]
         args = self._frozen_put(config, checkpoint, metadata, new_versions)
         return await self._awrite(  # type: ignore[no-any-return]
-            "put", lambda s: s.aput(*args), args,
-            (thread_id_of(config),))
+            "put", lambda s: s.aput(*args), args, threads)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
+        threads = (thread_id_of(config),)
+        if self._rows:
+            call, rows = self._rows_write(("writes", config, writes, task_id, task_path))
+            self._write("rows", call, rows, threads)
+            return
         args = self._frozen_writes(config, writes, task_id, task_path)
-        self._write("writes", lambda s: s.put_writes(*args), args,
-                    (thread_id_of(config),))
+        self._write("writes", lambda s: s.put_writes(*args), args, threads)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                           task_id: str, task_path: str = "") -> None:
+        threads = (thread_id_of(config),)
+        if self._rows:
+            call, rows = self._arows_write(("writes", config, writes, task_id, task_path))
+            await self._awrite("rows", call, rows, threads)
+            return
         args = self._frozen_writes(config, writes, task_id, task_path)
-        await self._awrite(
-            "writes", lambda s: s.aput_writes(*args), args,
-            (thread_id_of(config),))
+        await self._awrite("writes", lambda s: s.aput_writes(*args), args, threads)
 
     def delete_thread(self, thread_id: str) -> None:
         self._write("delete", lambda s: s.delete_thread(thread_id), (thread_id,),

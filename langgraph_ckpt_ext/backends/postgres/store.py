@@ -19,6 +19,9 @@ from ...core.rows import (
     StoredSize,
     WriteRow,
 )
+from ...core.rows import (
+    whole as whole_row,
+)
 from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
 from . import sql
 from .migrations import LATEST, MIGRATIONS
@@ -183,8 +186,7 @@ class PostgresStore:
         # A delta's base is gone (pruned, or deleted by another process): write those values
         # whole, with the checkpoint row, in one transaction.
         missing = [b for b in deltas if b.channel not in landed]
-        assert all(b.full is not None for b in missing)
-        whole = [BlobRow(b.channel, b.version, *b.full()) for b in missing]  # type: ignore[misc]
+        whole = [whole_row(b) for b in missing]
 
         async def op(conn: asyncpg.Connection) -> None:
             await conn.execute(
@@ -457,8 +459,7 @@ def _batch_params(
             if b.base_version is not None:
                 base = (tid, ns, b.channel, b.base_version)
                 if base in gone and base not in written:
-                    assert b.full is not None
-                    b = BlobRow(b.channel, b.version, *b.full())
+                    b = whole_row(b)
                     whole.add(b.channel)
                 elif base not in written:
                     needed[base] = None

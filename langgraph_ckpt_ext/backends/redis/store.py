@@ -30,6 +30,7 @@ from ...core.rows import (
     MigrationEntry,
     StoredSize,
     WriteRow,
+    whole,
 )
 from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
 from . import scripts
@@ -119,7 +120,7 @@ def _pack_blobs(blobs: Sequence[BlobRow]) -> list[bytes]:
 def _whole(blobs: Sequence[BlobRow], channels: Collection[str]) -> list[BlobRow]:
     """`blobs` with the append-deltas of `channels` replaced by their whole values."""
     return [
-        BlobRow(b.channel, b.version, *b.full()) if b.channel in channels and b.full else b
+        whole(b) if b.channel in channels and b.base_version is not None else b
         for b in blobs
     ]
 

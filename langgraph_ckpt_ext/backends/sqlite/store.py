@@ -18,6 +18,7 @@ from ...core.rows import (
     MigrationEntry,
     StoredSize,
     WriteRow,
+    whole,
 )
 from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
 from . import sql
@@ -99,8 +100,8 @@ def _put_blobs(conn: sqlite3.Connection, tid: str, ns: str, blobs: Sequence[Blob
             (tid, ns, b.channel, b.version, b.type, b.data, b.base_version),
         )
         if cur.rowcount == 0:  # the base is gone (pruned, or by another process)
-            assert b.full is not None
-            full.append((b.channel, b.version, *b.full()))
+            w = whole(b)
+            full.append((w.channel, w.version, w.type, w.data))
             fell_back.add(b.channel)
     if full:
         conn.executemany(sql.UPSERT_BLOB, [(tid, ns, *f) for f in full])
