@@ -352,11 +352,17 @@ def test_when_the_carrying_batch_fails_everything_goes_back_in_order(
             await first
         assert smart.metrics.buffered == 4
         await smart.aflush()
+        assert smart.metrics.buffered == 0
+        assert await _astored_plan(inner) == [("c2", [["b"]]), ("c1", [["a"]])]
+
+    async def run() -> None:
+        try:
+            await main()
+        finally:
+            await inner.aclose()
 
     try:
-        asyncio.run(main())
-        assert smart.metrics.buffered == 0
-        assert _stored_plan(inner) == [("c2", [["b"]]), ("c1", [["a"]])]
+        asyncio.run(run())
     finally:
         smart.close()
 

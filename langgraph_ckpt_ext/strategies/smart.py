@@ -426,11 +426,11 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
     # -- flushing ---------------------------------------------------------------------------
 
     def _take(
-        self, thread_id: str, wake: Callable[[], object], until_empty: bool
+        self, thread_id: str, wake: Callable[[], object]
     ) -> tuple[_Flight, list[_Flight]] | Literal[False] | None:
         """Move a thread's queue in flight, with the batches still being written that it must
         carry: (flight, carried). None: wait (`wake` is called when a batch of the thread is
-        done). False: nothing to write (with `until_empty`, nothing in flight either).
+        done). False: nothing queued.
 
         A batch starts while an earlier one of the thread is still out only if it can carry
         the earlier one's rows (our checkpointers, once those rows are made; one batch out at
@@ -440,9 +440,6 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         with self._lock:
             st = self._threads.get(thread_id)
             if st is None or not st.pending:
-                if until_empty and st is not None and st.flights:
-                    st.waiters.append(wake)
-                    return None
                 return False
             # One batch carried at most: each row is then sent at most twice.
             if st.flights and not (
@@ -515,11 +512,11 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
             del self._threads[thread_id]
 
     def _flush_thread(self, thread_id: str, until_empty: bool = True) -> None:
-        """Write the thread's queue as one batch; with `until_empty`, also what was queued
-        meanwhile, and wait for every batch of the thread still being written."""
+        """Write the thread's queue as one batch (after a flush already writing it, unless
+        this one can carry it); with `until_empty`, also what was queued meanwhile."""
         while True:
             idle = threading.Event()
-            took = self._take(thread_id, idle.set, until_empty)
+            took = self._take(thread_id, idle.set)
             if took is None:  # another flush of this thread is writing: after it
                 idle.wait()
                 continue
@@ -541,7 +538,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         while True:
             idle = loop.create_future()
             took = self._take(thread_id, functools.partial(
-                loop.call_soon_threadsafe, resolve, idle), until_empty)
+                loop.call_soon_threadsafe, resolve, idle))
             if took is None:
                 await idle
                 continue
