@@ -104,9 +104,9 @@ async def count(saver: Any, tids: list[str]) -> int:
 
 
 def count_repairs(saver: ReplicatedCheckpointer, log: list[tuple[float, Any]]) -> None:
-    """Record the background repairs (anti_entropy calls `self.repair()`: an attribute of the
-    instance shadows the method)."""
-    method = saver.repair
+    """Record the background repairs (anti_entropy calls `self._repair()`: an attribute of
+    the instance shadows the method)."""
+    method = saver._repair
 
     def repair(*args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
@@ -114,7 +114,7 @@ def count_repairs(saver: ReplicatedCheckpointer, log: list[tuple[float, Any]]) -
         log.append((time.perf_counter() - t0, report))
         return report
 
-    saver.repair = repair  # type: ignore[method-assign]
+    saver._repair = repair  # type: ignore[method-assign]
 
 
 async def run_variant(variant: str, args: argparse.Namespace, concurrency: int

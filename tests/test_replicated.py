@@ -501,6 +501,46 @@ def test_rows_are_shipped_only_between_alike_checkpointers(stores: Stores) -> No
     assert not stores.replicated(primary, [InMemorySaver()])._rows
 
 
+def test_anti_entropy_passes_compare_sizes_and_full_sweeps_compare_values(
+    stores: Stores,
+) -> None:
+    """Between full sweeps, a written thread with as many rows on both stores counts as equal
+    without its values being read; one that lost rows is repaired; a changed value is left to
+    the full sweep, which compares values."""
+    primary, replica, redis = stores.new("postgres"), stores.new("sqlite"), stores.new("redis")
+    cp = stores.replicated(primary, [replica, redis])
+    chat = chat_graph().compile(checkpointer=cp)
+    for thread in ("p", "q"):
+        for turn in range(3):
+            chat.invoke({"messages": [human(f"{thread}{turn}")]}, cfg(thread))
+    assert cp.flush(10)
+    decoded = 0
+    real = primary.serde.loads_typed
+
+    def counting(data: Any) -> Any:
+        nonlocal decoded
+        decoded += 1
+        return real(data)
+
+    primary.serde.loads_typed = counting  # type: ignore[method-assign]
+    quick = cp._repair(["p", "q"], quick=True)
+    assert [r.threads_equal for r in quick.replicas] == [2, 2] and decoded == 0
+    # Rows lost on the replica: its sizes differ, and the quick pass repairs it.
+    with sqlite3.connect(replica.test_path) as db:
+        db.execute("DELETE FROM lgx_writes WHERE thread_id = 'p'")
+    report = cp._repair(["p", "q"], quick=True)
+    assert report.replicas[0].writes_copied > 0 and report.replicas[0].threads_equal == 1
+    assert_same(primary, replica)
+    # A value changed, no row lost: only the full sweep sees it.
+    with sqlite3.connect(replica.test_path) as db:
+        db.execute("UPDATE lgx_checkpoints SET metadata = CAST(REPLACE(CAST(metadata AS TEXT), "
+                   "'loop', 'LOOP') AS BLOB) WHERE thread_id = 'q'")
+    assert cp._repair(["q"], quick=True).replicas[0].threads_equal == 1
+    full = cp._repair(["q"])
+    assert full.replicas[0].threads_rebuilt == ["q"] or full.replicas[0].checkpoints_copied > 0
+    assert_same(primary, replica)
+
+
 def test_overflowed_threads_stay_marked_until_repaired(stores: Stores) -> None:
     """A replica that cannot keep up (its SQLite file write-locked) with a queue of one and
     no wait: its queue is dropped, the threads marked; a repair of some threads leaves the
