@@ -19,7 +19,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -896,7 +896,9 @@ class PreparedBatch:
         """The rows alone, for another store (`awrite_rows`): plain data that pickles, an
         append-delta without the whole value it could fall back on."""
         return [
-            (item[0], [replace(b, full=None) if b.full is not None else b for b in item[1]])
+            (item[0], [b if b.full is None else
+                       BlobRow(b.channel, b.version, b.type, b.data, b.base_version)
+                       for b in item[1]])
             if isinstance(item, tuple) else item
             for item in self.items
         ]
