@@ -18,6 +18,9 @@ the variant's run, on error as well):
   async-proc    "async" with the replicas given as URLs: applied by a replicator process,
                 off the graph's GIL (its CPU is printed apart: "replicator process")
   quorum-proc   the same, "quorum", quorum=1
+  bare+neighbour  no replication: the bare primary while another process burns CPU 30% of
+                the time (about what the replicator process uses): the price of any such
+                neighbour on this machine, for reading the others' costs
 
 Per variant (best of `--rounds` by turns/s; cpu, flush and queue columns: mean over rounds):
 
@@ -50,6 +53,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import multiprocessing
 import os
 import statistics
 import sys
@@ -84,7 +88,21 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]] | None] = {
     # The replicas given as URLs: applied in a replicator process of their own.
     "async-proc": ("async", {"process": True}),
     "quorum-proc": ("quorum", {"quorum": 1, "process": True}),
+    # No replication: the bare primary beside a process that only burns CPU 30% of the time
+    # (as much as the replicator process uses per turn): what such a neighbour costs on this
+    # machine, whatever it does.
+    "bare+neighbour": None,
 }
+NEIGHBOUR_DUTY = 0.3
+
+
+def _burn(duty: float, stop: Any) -> None:  # pragma: no cover - runs in the neighbour process
+    busy = 0.003 * duty / (1 - duty)
+    while not stop.is_set():
+        t = time.perf_counter()
+        while time.perf_counter() - t < busy:
+            pass
+        time.sleep(0.003)
 
 
 def child_cpu(wrapper: ReplicatedCheckpointer) -> float:
@@ -127,6 +145,8 @@ async def run_variant(variant: str, args: argparse.Namespace, concurrency: int
     repairs: list[tuple[float, Any]] = []
     tids = [f"thread-{i}" for i in range(args.threads)]
     lat: list[float] = []
+    neighbour: Any = None
+    stop: Any = None
     try:
         primary = PostgresCheckpointer(args.dsn, schema=place, setup=False)
         opened.append(primary)
@@ -161,6 +181,11 @@ async def run_variant(variant: str, args: argparse.Namespace, concurrency: int
                     await graph.ainvoke({"messages": [human]}, {"configurable": {"thread_id": tid}})
                     lat.append(time.perf_counter() - s)
 
+        if variant == "bare+neighbour":
+            stop = multiprocessing.Event()
+            neighbour = multiprocessing.Process(target=_burn, args=(NEIGHBOUR_DUTY, stop),
+                                                daemon=True)
+            neighbour.start()
         gc.collect()
         child0 = child_cpu(wrapper) if wrapper is not None else 0.0
         t0, cpu0 = time.perf_counter(), time.process_time()
@@ -188,6 +213,9 @@ async def run_variant(variant: str, args: argparse.Namespace, concurrency: int
                 await asyncio.to_thread(wrapper._repairer.join, 60)
         counts = [await count(s, tids) for s in opened]
     finally:
+        if neighbour is not None:
+            stop.set()
+            neighbour.join(5)
         if wrapper is not None:
             with contextlib.suppress(Exception):
                 await wrapper.aclose()
@@ -277,9 +305,14 @@ async def run(args: argparse.Namespace, concurrency: int) -> None:
               f"{_repairs_note(results['anti_entropy'])}")
     base = best["bare"]
     for variant, row in best.items():
-        if VARIANTS[variant] is None:
+        if variant == "bare":
             continue
         frac = row["turns_per_s"] / base["turns_per_s"]
+        if VARIANTS[variant] is None:  # the neighbour
+            print(f"{variant}: the bare primary beside a process that only burns CPU "
+                  f"{NEIGHBOUR_DUTY:.0%} of the time runs at {frac:.2f}x its turns/s: such a "
+                  f"neighbour alone costs {100 * (1 - frac):.1f}% on this machine")
+            continue
         frac_flushed = row["turns_per_s_flushed"] / base["turns_per_s"]
         cpu = row["cpu_ms"] / base["cpu_ms"]
         print(f"{variant} runs at {frac:.2f}x the bare primary's turns/s: it costs "
