@@ -257,6 +257,14 @@ async def _run_two_batches(smart: SmartCheckpointer) -> tuple[asyncio.Task[None]
     return first, conf2
 
 
+async def _closing(inner: Any, main: Any) -> None:
+    """Run `main`, then close the inner checkpointer's clients of this loop before it goes."""
+    try:
+        await main
+    finally:
+        await inner.aclose()
+
+
 def _stored_plan(inner: Any) -> list[tuple[str, list[Any]]]:
     return [(t.checkpoint["id"], [w[2] for w in t.pending_writes or []])
             for t in inner.list(cfg("g"))]
@@ -283,14 +291,8 @@ def test_a_batch_carries_the_one_still_out_instead_of_waiting(kind: str, tmp_pat
         assert await _astored_plan(inner) == [("c2", [["b"]]), ("c1", [["a"]])]
         assert smart.metrics.flush_failures == 0
 
-    async def run() -> None:
-        try:
-            await main()
-        finally:
-            await inner.aclose()  # this loop's clients, before the loop goes
-
     try:
-        asyncio.run(run())
+        asyncio.run(_closing(inner, main()))
     finally:
         smart.close()
         cleanup(kind, inner)
@@ -315,14 +317,8 @@ def test_a_lost_batch_carried_by_a_stored_one_is_not_written_again(
         assert isinstance(m.last_error, ConnectionError)
         assert await _astored_plan(inner) == [("c2", [["b"]]), ("c1", [["a"]])]
 
-    async def run() -> None:
-        try:
-            await main()
-        finally:
-            await inner.aclose()
-
     try:
-        asyncio.run(run())
+        asyncio.run(_closing(inner, main()))
     finally:
         smart.close()
         cleanup(kind, inner)
@@ -355,14 +351,8 @@ def test_when_the_carrying_batch_fails_everything_goes_back_in_order(
         assert smart.metrics.buffered == 0
         assert await _astored_plan(inner) == [("c2", [["b"]]), ("c1", [["a"]])]
 
-    async def run() -> None:
-        try:
-            await main()
-        finally:
-            await inner.aclose()
-
     try:
-        asyncio.run(run())
+        asyncio.run(_closing(inner, main()))
     finally:
         smart.close()
 
