@@ -115,6 +115,30 @@ def test_every_step_and_events_write_when_they_should() -> None:
     assert events.metrics.batches == 1  # the whole run in one batch, at its end
 
 
+def test_a_write_that_comes_after_its_run_ended_is_written_at_once() -> None:
+    """LangGraph sends a step's writes from a background task: they may come after the
+    run's last checkpoint, which the end-of-run event has written. They go at once too, so
+    that nothing of the run is left buffered when it returns; a new run's wait again."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    inner = InMemorySaver()
+    smart = SmartCheckpointer(inner)  # OnEvents(): the end of a run is an event
+    conf = {"configurable": {"thread_id": "late", "checkpoint_ns": ""}}
+    conf0 = smart.put(conf, _checkpoint("c0"), {"source": "loop", "step": 0}, {})
+    end = empty_checkpoint()
+    end["id"] = "c1"
+    conf1 = smart.put(conf0, end, {"source": "loop", "step": 1}, {})
+    assert stored(inner, "late") == ["c1", "c0"] and smart.metrics.buffered == 0
+    smart.put_writes(conf0, [("messages", ["late"])], "task-0")
+    assert smart.metrics.buffered == 0
+    tup = inner.get_tuple(cfg("late") | {"configurable": {
+        "thread_id": "late", "checkpoint_ns": "", "checkpoint_id": "c0"}})
+    assert tup is not None and [w[2] for w in tup.pending_writes] == [["late"]]
+    conf2 = smart.put(conf1, _checkpoint("c2"), {"source": "input", "step": 2}, {})
+    smart.put_writes(conf2, [("messages", ["next"])], "task-2")
+    assert smart.metrics.buffered == 2  # a new run: its step waits for an event
+
+
 def test_tool_calls_and_plan_changes_are_events() -> None:
     inner = InMemorySaver()
     smart = SmartCheckpointer(inner, OnEvents(events=frozenset({"tool_call", "plan_change"})))

@@ -275,6 +275,10 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         self._seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._orphans: OrderedDict[tuple[str, str, str], list[_Writes]] = OrderedDict()
         self._urgent: set[tuple[str, str, str]] = set()
+        # (thread, ns) -> id of the checkpoint that ended a run and was written at once: a
+        # write of that run that comes after it (LangGraph sends a step's writes from a
+        # background task) goes at once too, so that the run is whole when it returns.
+        self._ended: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._lock = threading.RLock()
         self._metrics = Metrics()
         self._timer_wake = threading.Event()
@@ -322,6 +326,10 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                 _remember(self._seen, key, None)
                 urgent = key in self._urgent
                 self._urgent.discard(key)
+                self._ended.pop((item.thread_id, item.ns), None)
+            else:
+                ended = self._ended.get((item.thread_id, item.ns))
+                urgent = ended is not None and item.checkpoint_id <= ended
             puts = st.puts
             due = (
                 urgent
@@ -333,6 +341,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
             )
             if due and isinstance(item, _Writes) and key not in self._seen:
                 self._urgent.add(key)
+            if due and isinstance(item, _Put) and policies.END in events:
+                _remember(self._ended, (item.thread_id, item.ns), item.checkpoint_id, 1024)
         if not due:
             self._arm_timer()
         return due
