@@ -5,6 +5,7 @@ masters started by the test itself."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -268,6 +269,37 @@ async def test_server_that_goes_away_then_comes_back() -> None:
             assert contents[0] == "before" and contents[-2] == "after"
             assert "while down" not in contents
             assert state.values["turns"] == 2
+
+
+def test_a_host_that_never_answers_a_connect_fails_in_bounded_time() -> None:
+    """A loopback listener whose accept queue is full drops further SYNs, as a host behind a
+    firewall that drops packets does: the connect times out (5 s by default, here 0.3 s) and,
+    after the retries, the call fails clearly instead of hanging for minutes."""
+    import socket
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(0)
+    fillers = []
+    for _ in range(4):  # nobody accepts: these fill the queue, later SYNs are dropped
+        f = socket.socket()
+        f.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            f.connect(silent.getsockname())
+        fillers.append(f)
+    url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+    try:
+        assert RedisCheckpointer(url, setup=False)._store._options["socket_connect_timeout"] == 5
+        cp = RedisCheckpointer(url, setup=False, cluster=False, socket_connect_timeout=0.3)
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError, match="Redis unreachable"):
+            cp.get_tuple(cfg("t"))
+        assert time.monotonic() - started < 10
+        cp.close()
+    finally:
+        for f in fillers:
+            f.close()
+        silent.close()
 
 
 # -- Redis Cluster ----------------------------------------------------------------------------

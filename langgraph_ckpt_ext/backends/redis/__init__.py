@@ -44,7 +44,8 @@ class RedisCheckpointer(StoreCheckpointer):
             `migrate_threads`.
         audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
             `verify`.
-        client_options: passed to `redis.asyncio.Redis.from_url` (or `RedisCluster.from_url`).
+        client_options: passed to `redis.asyncio.Redis.from_url` (or `RedisCluster.from_url`);
+            `socket_connect_timeout` defaults to 5 s.
 
     Example:
         >>> async with RedisCheckpointer.from_conn_string("redis://localhost:6379", ttl=3600) as cp:

@@ -57,6 +57,7 @@ _REPLANS = 8  # prune/delete_for_runs re-plan when the thread changed under them
 _SWEEP_EVERY = 512  # writes between two steps of the thread-index sweep
 _SEEN = 65536  # threads and runs this process remembers having indexed
 _LOST = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
+CONNECT_TIMEOUT = 5.0  # seconds, unless client_options say otherwise
 
 
 class _Script:
@@ -205,7 +206,9 @@ class RedisStore:
         self._cluster = cluster
         self._given = client
         self._is_private = is_private_loop
-        self._options = client_options or {}
+        # A host that drops packets would otherwise hold a connect (and the caller) for as long
+        # as the OS retries SYNs, minutes; the caller's own value wins.
+        self._options = {"socket_connect_timeout": CONNECT_TIMEOUT, **(client_options or {})}
         self._clients: PerLoop[Client] = PerLoop(self._open, lambda c: c.aclose(), lambda c: None)
         self._threads_key = f"{prefix}:threads"
         self._runs_key = f"{prefix}:runs"
