@@ -356,6 +356,16 @@ def outage_setup(fault_db: tuple[str, str], tmp_path: Path, loop_thread: LoopThr
 OUTAGE_APIS = pytest.mark.parametrize("api", ["invoke", "ainvoke"])
 
 
+def _written(calls: Any, cp: ReplicatedCheckpointer, prefix: str, turns: int) -> list[str]:
+    """Two new threads of `turns` turns each, replicated (the flush done)."""
+    threads = [f"{prefix}{i}-{uuid.uuid4().hex[:8]}" for i in range(2)]
+    for turn in range(turns):
+        for thread in threads:
+            calls.turn(thread, f"{thread} {turn}")
+    assert cp.flush(timeout=30)
+    return threads
+
+
 @OUTAGE_APIS
 def test_primary_unreachable_reads_fail_over_writes_refused(outage_setup: dict[str, Any],
                                                             api: str) -> None:
@@ -364,11 +374,7 @@ def test_primary_unreachable_reads_fail_over_writes_refused(outage_setup: dict[s
                                 names=["redis", "sqlite"])
     try:
         calls = Api(chat_graph().compile(checkpointer=cp), api, outage_setup["loop"])
-        threads = [f"p{i}-{uuid.uuid4().hex[:8]}" for i in range(2)]
-        for turn in range(5):
-            for thread in threads:
-                calls.turn(thread, f"{thread} {turn}")
-        assert cp.flush(timeout=30)
+        threads = _written(calls, cp, "p", 5)
         before = contents(primary, threads)
         states = {t: calls.state(t) for t in threads}
         histories = {t: calls.history(t) for t in threads}
@@ -433,11 +439,7 @@ def test_primary_unreachable_promote(outage_setup: dict[str, Any], api: str) -> 
                                 retry_primary_after=1.0, names=["redis", "sqlite"])
     try:
         calls = Api(chat_graph().compile(checkpointer=cp), api, outage_setup["loop"])
-        threads = [f"q{i}-{uuid.uuid4().hex[:8]}" for i in range(2)]
-        for turn in range(4):
-            for thread in threads:
-                calls.turn(thread, f"{thread} {turn}")
-        assert cp.flush(timeout=30)
+        threads = _written(calls, cp, "q", 4)
         before = contents(primary, threads)
 
         take_down(db)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ThreadNotFoundError
+from ..transfer.threads import named_threads
 from .common import (
     OK,
     USAGE,
@@ -21,6 +22,7 @@ from .common import (
     CliError,
     add_command,
     open_saver,
+    shown_url,
 )
 from .output import Output, human_bytes
 
@@ -107,16 +109,17 @@ def _totals(sizes: Iterable[StoredSize]) -> dict[str, int]:
     return out
 
 
-def _threads_of(saver: StoreCheckpointer, names: Sequence[str], every: bool) -> list[str]:
+_LISTS = " (`lgckpt threads` lists a store's)"
+
+
+def _threads_of(saver: StoreCheckpointer, names: Sequence[str], every: bool,
+                url: str | None) -> list[str]:
     """The threads a command acts on: those named (each must exist), or every one (`--all`)."""
     if bool(names) == every:
         raise CliError("name one or more threads, or pass --all (not both)", USAGE)
     if every:
         return saver.thread_ids()
-    for thread_id in dict.fromkeys(names):
-        if not next(iter(saver.list({"configurable": {"thread_id": thread_id}}, limit=1)), None):
-            raise _not_found(thread_id)
-    return list(dict.fromkeys(names))
+    return named_threads(saver, names, shown_url(url or ""), _LISTS)
 
 
 def _brief(value: Any, width: int = 120) -> str:
@@ -469,7 +472,7 @@ def _prune_row(saver: StoreCheckpointer, thread_id: str, args: argparse.Namespac
 
 def run_prune(args: argparse.Namespace, out: Output) -> int:
     with open_saver(args.url, write=not args.dry_run, create=False) as saver:
-        threads = _threads_of(saver, args.threads, args.all)
+        threads = _threads_of(saver, args.threads, args.all, args.url)
         rows = [r for r in (_prune_row(saver, t, args) for t in threads) if r is not None]
         todo = [r["thread_id"] for r in rows if r["removed"]]
         if not args.dry_run and todo:
@@ -544,7 +547,7 @@ def load_chain(spec: str, dirs: Sequence[str] | None) -> SchemaChain:
 def run_migrate(args: argparse.Namespace, out: Output) -> int:
     chain = load_chain(args.chain, args.path)
     with open_saver(args.url, write=not args.dry_run, create=False, schema_chain=chain) as saver:
-        threads = _threads_of(saver, args.threads, False) if args.threads else None
+        threads = _threads_of(saver, args.threads, False, args.url) if args.threads else None
         with out.progress(len(threads) if threads else None, "migrating threads") as bar:
 
             def step(p: Any) -> None:  # called after each thread, from the saver's loop
@@ -604,7 +607,7 @@ def audit_row(report: AuditReport) -> dict[str, Any]:
 def run_verify(args: argparse.Namespace, out: Output) -> int:
     reports = []
     with open_saver(args.url, write=False) as saver:
-        threads = _threads_of(saver, args.threads, args.all)
+        threads = _threads_of(saver, args.threads, args.all, args.url)
         with out.progress(len(threads), "verifying") as bar:
             for thread_id in threads:
                 try:

@@ -16,14 +16,14 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import InvalidConfigError, MissingDependencyError, ThreadNotFoundError
+from ..core.errors import InvalidConfigError, MissingDependencyError
 from ..transfer import (
     CopyReport,
     copy_threads,
     export_threads,
+    named_threads,
     open_jsonl,
     open_official,
-    thread_ids,
 )
 from .common import (
     ERROR,
@@ -104,15 +104,8 @@ def _threads(source: BaseCheckpointSaver[Any], names: Sequence[str], where: str
     """The threads named, each checked to be in the source (None: all of them)."""
     if not names:
         return None
-    held = set(thread_ids(source))
-    absent = [t for t in dict.fromkeys(names) if t not in held]
-    if absent:
-        more = f" (nor {len(absent) - 1} more)" if len(absent) > 1 else ""
-        raise ThreadNotFoundError(
-            f"thread {absent[0]!r} is not in {where}{more}: check the thread ids "
-            "(`lgckpt threads` lists a store's), or name none to copy every thread"
-        )
-    return list(dict.fromkeys(names))
+    return named_threads(source, names, where,
+                         " (`lgckpt threads` lists a store's), or name none to copy every thread")
 
 
 def _run_copy(out: Output, source: BaseCheckpointSaver[Any], target: BaseCheckpointSaver[Any],

@@ -15,7 +15,7 @@ from typing import TypeVar
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ..core.errors import InvalidConfigError, ThreadExistsError, ThreadNotFoundError
+from ..core.errors import InvalidConfigError, ThreadExistsError
 from ..core.saver import strict_serde
 from ._blocked import blocked_types
 from .threads import (
@@ -24,6 +24,7 @@ from .threads import (
     checkpoint_hash,
     checkpoint_key,
     diff_thread,
+    named_threads,
     put_thread,
     thread_tuples,
     writes_hashes,
@@ -217,19 +218,9 @@ def _each(fn: Callable[[str], T], items: Sequence[str], concurrency: int,
 def _wanted(source: Saver, only: Sequence[str] | None) -> list[str]:
     if isinstance(only, str):
         raise InvalidConfigError("thread_ids is a list of thread ids, not one string")
-    everything = _list_threads(source)
     if only is None:
-        return everything
-    known = set(everything)
-    wanted = list(dict.fromkeys(map(str, only)))
-    absent = [t for t in wanted if t not in known]
-    if absent:
-        raise ThreadNotFoundError(
-            f"thread {absent[0]!r} is not in the source"
-            + (f" (nor {len(absent) - 1} more)" if len(absent) > 1 else "")
-            + ": check the thread ids, or leave them out to copy every thread"
-        )
-    return wanted
+        return _list_threads(source)
+    return named_threads(source, only, hint=", or leave them out to copy every thread")
 
 
 def copy_threads(

@@ -22,6 +22,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..core.config import checkpoint_ns_of, make_config
+from ..core.errors import ThreadNotFoundError
 
 Saver = BaseCheckpointSaver[Any]
 
@@ -46,6 +47,21 @@ def thread_ids(saver: Saver) -> list[str]:
     if official is not None:
         return official
     return sorted({str(t.config["configurable"]["thread_id"]) for t in saver.list(None)})
+
+
+def named_threads(saver: Saver, names: Sequence[str], where: str = "the source",
+                  hint: str = "") -> list[str]:
+    """`names` without repeats, each checked to hold a checkpoint in `saver` (one short
+    listing per name, on any saver: ours, LangGraph's, an export file); else
+    `ThreadNotFoundError` naming the first missing one, `where` and `hint`."""
+    wanted = [str(t) for t in dict.fromkeys(names)]
+    absent = [t for t in wanted
+              if next(iter(saver.list({"configurable": {"thread_id": t}}, limit=1)), None) is None]
+    if absent:
+        more = f" (nor {len(absent) - 1} more)" if len(absent) > 1 else ""
+        raise ThreadNotFoundError(
+            f"thread {absent[0]!r} is not in {where}{more}: check the thread ids{hint}")
+    return wanted
 
 
 def thread_tuples(saver: Saver, thread_id: str) -> list[CheckpointTuple]:
