@@ -214,6 +214,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
+        portable: bool = False,
     ) -> _PreparedPut:
         """A checkpoint as the rows to store, and what to remember once they are stored."""
         thread_id = thread_id_of(config)
@@ -249,8 +250,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             None if run_id is None else str(run_id),
             header,
             md_typed,
-            # Only Redis resolves blobs by these, but rows may be copied to one (replication).
-            codec.blob_keys(checkpoint["channel_versions"]),
+            # Redis resolves blobs by these; rows copied to another store may go to a Redis.
+            codec.blob_keys(checkpoint["channel_versions"])
+            if self._row_versions or portable else None,
         )
         values = checkpoint["channel_values"]
         plain = {
@@ -291,13 +293,16 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         """Sync `aput_batch`."""
         self._sync(self.aput_batch(ops))
 
-    async def aprepare_batch(self, ops: Sequence[tuple[Any, ...]]) -> PreparedBatch | None:
+    async def aprepare_batch(
+        self, ops: Sequence[tuple[Any, ...]], *, portable: bool = False
+    ) -> PreparedBatch | None:
         """`aput_batch`'s ops as rows, not yet written (None when this checkpointer keeps an
         audit trail: its records must be sealed one by one as stored).
 
         Batches are written with `awrite_prepared`, several at once if need be: a batch
         written again with a later one (while its own write is still out) makes the later
         write stand for both, so that it never waits for the earlier one to come back.
+        `portable`: rows any of our stores can take (`awrite_rows`), not only this one.
         """
         if self._auditor is not None:
             return None
@@ -305,7 +310,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         try:
             for op in ops:
                 if op[0] == "put":
-                    put = await self._prepare_put(*op[1:])
+                    _, config, checkpoint, metadata, new_versions = op
+                    put = await self._prepare_put(
+                        config, checkpoint, metadata, new_versions, portable)
                     batch.items.append((put.row, put.blobs))
                     batch.puts.append(put)
                     row = put.row
@@ -325,9 +332,11 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             raise
         return batch
 
-    def prepare_batch(self, ops: Sequence[tuple[Any, ...]]) -> PreparedBatch | None:
+    def prepare_batch(
+        self, ops: Sequence[tuple[Any, ...]], *, portable: bool = False
+    ) -> PreparedBatch | None:
         """Sync `aprepare_batch`."""
-        return self._sync(self.aprepare_batch(ops))
+        return self._sync(self.aprepare_batch(ops, portable=portable))
 
     async def awrite_prepared(self, batches: Sequence[PreparedBatch]) -> None:
         """Write prepared batches, in order, as one batch (one transaction or round trip where

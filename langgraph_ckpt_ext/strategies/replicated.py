@@ -841,7 +841,7 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         made: list[PreparedBatch] = []
 
         def call(s: BaseCheckpointSaver[Any]) -> Any:
-            batch = s.prepare_batch([op])  # type: ignore[attr-defined]
+            batch = s.prepare_batch([op], portable=True)  # type: ignore[attr-defined]
             s.write_prepared([batch])  # type: ignore[attr-defined]
             made.append(batch)
             return _put_config(batch)
@@ -852,7 +852,7 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         made: list[PreparedBatch] = []
 
         async def call(s: BaseCheckpointSaver[Any]) -> Any:
-            batch = await s.aprepare_batch([op])  # type: ignore[attr-defined]
+            batch = await s.aprepare_batch([op], portable=True)  # type: ignore[attr-defined]
             await s.awrite_prepared([batch])  # type: ignore[attr-defined]
             made.append(batch)
             return _put_config(batch)
