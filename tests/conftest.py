@@ -143,6 +143,15 @@ def make_saver(kind: str, tmp_path: Path, **options: Any) -> StoreCheckpointer:
     raise ValueError(kind)
 
 
+def as_url(kind: str, cp: Any) -> Any:
+    """A test's store as a replica URL (with options), for the replicator process."""
+    if kind == "redis":
+        return (REDIS_URL, {"key_prefix": cp.test_prefix})
+    if kind == "sqlite":
+        return f"sqlite:///{cp.test_path}"
+    return (PG_DSN, {"schema": cp.test_schema})
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)

@@ -21,9 +21,8 @@ from langgraph_ckpt_ext import (
 
 from .conftest import (
     BACKENDS,
-    PG_DSN,
-    REDIS_URL,
     LoopThread,
+    as_url,
     cleanup,
     in_running_loop,
     make_saver,
@@ -106,15 +105,6 @@ def replicated_saver(kind: str, tmp_path: Path) -> Iterator[Any]:
         for k, inner in zip(kinds, inners, strict=True):
             inner.close()
             cleanup(k, inner)
-
-
-def as_url(kind: str, cp: Any) -> Any:
-    """A test's store as a replica URL (with options), for the replicator process."""
-    if kind == "redis":
-        return (REDIS_URL, {"key_prefix": cp.test_prefix})
-    if kind == "sqlite":
-        return f"sqlite:///{cp.test_path}"
-    return (PG_DSN, {"schema": cp.test_schema})
 
 
 class Api:

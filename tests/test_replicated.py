@@ -28,7 +28,7 @@ from langgraph_ckpt_ext import (
     StoreUnavailableError,
 )
 
-from .conftest import PG_DSN, REDIS_URL, LoopThread, cleanup, make_saver, redis_prefix
+from .conftest import LoopThread, as_url, cleanup, make_saver, redis_prefix
 from .graphs import approval_graph, chat_graph, human, subgraph_graph
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -155,15 +155,6 @@ MIXES = {
     # the replicas given as URLs: applied by the replicator process
     "sqlite>redis+postgres:process": ("sqlite", ["redis", "postgres"]),
 }
-
-
-def as_url(kind: str, cp: Any) -> Any:
-    """A test's store as a replica URL (with options), for the replicator process."""
-    if kind == "redis":
-        return (REDIS_URL, {"key_prefix": cp.test_prefix})
-    if kind == "sqlite":
-        return f"sqlite:///{cp.test_path}"
-    return (PG_DSN, {"schema": cp.test_schema})
 
 
 class Calls:

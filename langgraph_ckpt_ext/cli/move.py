@@ -168,10 +168,16 @@ def _copy(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run_copy(args: argparse.Namespace, out: Output) -> int:
     serde = _serde(args.allow_type)
     with open_saver(args.url, write=False, **_options(serde)) as source:
-        threads = _threads(source, args.threads, shown_url(args.url or ""))
-        with open_saver(args.to, write=True) as target:
-            report = _run_copy(out, source, target, threads, args)
-    return _report(out, report)
+        return _copy_into(out, args, source, shown_url(args.url or ""), args.to)
+
+
+def _copy_into(out: Output, args: argparse.Namespace, source: BaseCheckpointSaver[Any],
+               where: str, to: str | None) -> int:
+    """`copy` and `import` once their source is open: the threads checked in it before the
+    target is opened (set up if need be), then copied."""
+    threads = _threads(source, args.threads, where)
+    with open_saver(to, write=True) as target:
+        return _report(out, _run_copy(out, source, target, threads, args))
 
 
 # -- import -----------------------------------------------------------------------------------
@@ -223,10 +229,7 @@ def _source(args: argparse.Namespace, serde: SerializerProtocol | None
 def run_import(args: argparse.Namespace, out: Output) -> int:
     serde = _serde(args.allow_type)
     with _source(args, serde) as (source, where):
-        threads = _threads(source, args.threads, where)
-        with open_saver(args.url, write=True) as target:
-            report = _run_copy(out, source, target, threads, args)
-    return _report(out, report)
+        return _copy_into(out, args, source, where, args.url)
 
 
 # -- export -----------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class CheckpointerError(Exception):
     """Base class of the errors this package raises on purpose."""
@@ -77,13 +79,15 @@ def check_storage_version(current: int, latest: int) -> None:
         )
 
 
-def require(module: str, extra: str) -> object:
-    """Import an optional driver, or raise `MissingDependencyError` naming the fix."""
+def require(module: str, extra: str | None = None, *, package: str | None = None,
+            what: str | None = None) -> Any:
+    """Import an optional module, or raise `MissingDependencyError` naming the fix: our
+    `extra`, or else the `package` to install (`what` says what needs it)."""
     import importlib
 
     try:
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise MissingDependencyError(
-            f"{module!r} is not installed; run `pip install langgraph-ckpt-ext[{extra}]`"
-        ) from exc
+        fix = f"langgraph-ckpt-ext[{extra}]" if extra else package
+        why = f"reading {what} needs {package}" if what else f"{module!r} is not installed"
+        raise MissingDependencyError(f"{why}: run `pip install {fix}`") from exc

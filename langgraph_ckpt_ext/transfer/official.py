@@ -6,25 +6,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import quote, unquote, urlparse
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ..core.errors import InvalidConfigError, MissingDependencyError, StoreUnavailableError
+from ..core.errors import InvalidConfigError, StoreUnavailableError, require
 from ..core.saver import strict_serde
 from .threads import Saver
-
-
-def _require(module: str, package: str, what: str) -> Any:
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise MissingDependencyError(
-            f"reading {what} needs {package}: run `pip install {package}`"
-        ) from exc
 
 
 @contextlib.contextmanager
@@ -73,8 +61,8 @@ def _sqlite_path(url: str) -> str:
 def _official_sqlite(path: str, serde: SerializerProtocol) -> Iterator[Saver]:
     import sqlite3
 
-    mod = _require("langgraph.checkpoint.sqlite", "langgraph-checkpoint-sqlite",
-                   "LangGraph's SqliteSaver databases")
+    mod = require("langgraph.checkpoint.sqlite", package="langgraph-checkpoint-sqlite",
+                  what="LangGraph's SqliteSaver databases")
     if not os.path.isfile(path):
         raise StoreUnavailableError(f"no SQLite database at {path!r}: check the path")
     uri = f"file:{quote(os.path.abspath(path))}?mode=ro"
@@ -97,10 +85,10 @@ def _official_sqlite(path: str, serde: SerializerProtocol) -> Iterator[Saver]:
 
 @contextlib.contextmanager
 def _official_postgres(url: str, serde: SerializerProtocol) -> Iterator[Saver]:
-    psycopg = _require("psycopg", "langgraph-checkpoint-postgres psycopg[binary]",
-                       "LangGraph's PostgresSaver databases")
-    pg = _require("langgraph.checkpoint.postgres", "langgraph-checkpoint-postgres",
-                  "LangGraph's PostgresSaver databases")
+    psycopg = require("psycopg", package="langgraph-checkpoint-postgres psycopg[binary]",
+                      what="LangGraph's PostgresSaver databases")
+    pg = require("langgraph.checkpoint.postgres", package="langgraph-checkpoint-postgres",
+                 what="LangGraph's PostgresSaver databases")
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
     from psycopg.rows import dict_row
 
