@@ -33,6 +33,14 @@ from .graphs import chat_graph, human
 # -- append-deltas ------------------------------------------------------------------------
 
 
+def _listed(value: list[Any]) -> Any:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from langgraph_ckpt_ext.core.appendlog import list_bytes
+
+    return list_bytes(JsonPlusSerializer().dumps_typed(value)[1])
+
+
 def _chain_lengths(log: AppendLog, n: int) -> tuple[list[int], list[int]]:
     """Write a list growing by one item n times; chain length and stored items per write."""
     rows: dict[str, tuple[str | None, int]] = {}  # version -> (base, n items stored)
@@ -41,8 +49,7 @@ def _chain_lengths(log: AppendLog, n: int) -> tuple[list[int], list[int]]:
     for i in range(n):
         value = [*value, i]
         version = f"v{i:05d}"
-        plan = log.plan("t", "", "ch", version, value)
-        assert plan is not None
+        plan = log.plan("t", "", "ch", version, _listed(value))
         rows[version] = (plan.base, len(value) - plan.start)
         log.commit("t", "", "ch", plan)
         depth, cursor = 1, plan.base
@@ -64,22 +71,36 @@ def test_append_chain_is_bounded_with_full_snapshot_every_k() -> None:
 
 def test_append_plan_full_when_list_changes_otherwise() -> None:
     log = AppendLog()
-    first = log.plan("t", "", "m", "1", ["a", "b"])
-    assert first is not None and first.base is None
+    first = log.plan("t", "", "m", "1", _listed(["a", "b"]))
+    assert first.base is None
     log.commit("t", "", "m", first)
-    grown = log.plan("t", "", "m", "2", ["a", "b", "c"])
-    assert grown is not None and (grown.base, grown.start) == ("1", 2)
+    grown = log.plan("t", "", "m", "2", _listed(["a", "b", "c"]))
+    assert (grown.base, grown.start) == ("1", 2)
     log.commit("t", "", "m", grown)
-    edited = log.plan("t", "", "m", "3", ["a", "X", "c", "d"])
-    assert edited is not None and edited.base is None
-    assert log.plan("t", "", "m", "4", {"not": "a list"}) is None
-    assert log.plan("other-thread", "", "m", "1", ["a", "b", "c"]).base is None  # type: ignore[union-attr]
+    edited = log.plan("t", "", "m", "3", _listed(["a", "X", "c", "d"]))
+    assert edited.base is None
+    # a last item that grew ("c" -> "cc"): the old bytes are a prefix of the new, the items not
+    assert log.plan("t", "", "m", "4", _listed(["a", "b", "cc"])).base is None
+    assert log.plan("other-thread", "", "m", "1", _listed(["a", "b", "c"])).base is None
 
 
-def test_list_encodings_are_reused_and_byte_identical() -> None:
-    """Items are serialized once and their bytes reused (deltas, merges, snapshots, a fork);
-    every blob equals what the serializer itself gives for that slice, and an item the
-    serializer cannot take as msgpack falls back to serializing the slice whole."""
+def test_append_log_is_bounded_in_bytes() -> None:
+    log = AppendLog(max_bytes=10_000)
+    for i in range(50):
+        log.commit(f"t{i}", "", "m", log.plan(f"t{i}", "", "m", "1", _listed(["x" * 900])))
+    kept = [k[0] for k in log._chains]
+    assert log._bytes <= 10_000 and kept == [f"t{i}" for i in range(50 - len(kept), 50)]
+    assert log.plan("t49", "", "m", "2", _listed(["x" * 900, "y"])).base == "1"
+    assert log.plan("t0", "", "m", "2", _listed(["x" * 900, "y"])).base is None  # dropped
+    log.forget()
+    assert log._bytes == 0 and not log._chains
+
+
+def test_lists_serialized_once_per_put_and_byte_identical() -> None:
+    """Each put serializes its list once (the whole value, as LangGraph's savers do: what is
+    stored is decided from bytes, not objects); every blob equals what the serializer itself
+    gives for that slice; an item changed in place makes the list stored whole; an item the
+    serializer cannot take as msgpack falls back to serializing the value whole."""
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     from langgraph_ckpt_ext.core import codec
@@ -105,37 +126,52 @@ def test_list_encodings_are_reused_and_byte_identical() -> None:
         rows, plans = codec.encode_blobs(serde, log, "t", "", {"m": value}, {"m": float(i + 1)})
         (row,) = rows
         plan = plans["m"]
-        assert calls - before == 1  # only the new item, however many the row holds
+        assert calls - before == 1
         assert (row.type, row.data) == real(value[plan.start:])
         if row.full is not None:
             assert row.full() == real(value)
+        if i > 0 and i % 8:
+            assert row.base_version is not None
         log.commit("t", "", "m", plan)
-    # A fork of an earlier state plus a new item: one serialization, the shared prefix reused.
+    # The very objects of the last put, one of them changed in place: stored whole.
+    value[10].content = "edited in place"
+    value = [*value, AIMessage(content="next", id="n")]
+    rows, plans = codec.encode_blobs(serde, log, "t", "", {"m": value}, {"m": 98.5})
+    assert plans["m"].base is None and (rows[0].type, rows[0].data) == real(value)
+    log.commit("t", "", "m", plans["m"])
+    # A fork of an earlier state plus a new item: written whole.
     fork = [*items[:20], AIMessage(content="fork", id="f")]
-    before = calls
     rows, plans = codec.encode_blobs(serde, log, "t", "", {"m": fork}, {"m": 99.5})
-    assert plans["m"].base is None and calls - before == 1
-    assert (rows[0].type, rows[0].data) == real(fork)
-    # Over 15 and 65,535 items: the array header's other forms.
+    assert plans["m"].base is None and (rows[0].type, rows[0].data) == real(fork)
+    # Over 15 and 65,535 items: the array header's other forms, as deltas too.
     for n in (16, 70_000):
+        big_log = AppendLog()
         big = list(range(n))
-        rows, _ = codec.encode_blobs(serde, AppendLog(), "t", "", {"m": big}, {"m": 1.5})
+        rows, plans = codec.encode_blobs(serde, big_log, "t", "", {"m": big}, {"m": 1.5})
         assert (rows[0].type, rows[0].data) == real(big)
+        big_log.commit("t", "", "m", plans["m"])
+        grown = [*big, *range(20)]
+        rows, _ = codec.encode_blobs(serde, big_log, "t", "", {"m": grown}, {"m": 2.5})
+        assert rows[0].base_version == "1.5" and (rows[0].type, rows[0].data) == real(grown[n:])
 
     lenient = JsonPlusSerializer(pickle_fallback=True)
     odd = [1, complex(1, 2), 2]  # msgpack cannot take a complex: pickled
     rows, _ = codec.encode_blobs(lenient, AppendLog(), "t", "", {"m": odd}, {"m": 1.5})
     assert rows[0].type == "pickle"
-    # A serializer of another kind (here wrapping values) is asked for each slice whole.
+    # A serializer of another kind (here wrapping values) is asked for the whole value, and
+    # for the new items of a delta.
     seen: list[Any] = []
 
     class Wrapping(JsonPlusSerializer):
         def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
-            seen.append(obj)
+            seen.append(list(obj))
             return super().dumps_typed(obj)
 
-    rows, _ = codec.encode_blobs(Wrapping(), AppendLog(), "t", "", {"m": [1, 2]}, {"m": 1.5})
-    assert seen == [[1, 2]]
+    wrap_log = AppendLog()
+    rows, plans = codec.encode_blobs(Wrapping(), wrap_log, "t", "", {"m": [1, 2]}, {"m": 1.5})
+    wrap_log.commit("t", "", "m", plans["m"])
+    rows, plans = codec.encode_blobs(Wrapping(), wrap_log, "t", "", {"m": [1, 2, 3]}, {"m": 2.5})
+    assert seen == [[1, 2], [1, 2, 3], [3]] and rows[0].base_version == "1.5"
 
 
 def _blob_rows(saver: Any, thread: str) -> list[Any]:
@@ -433,16 +469,23 @@ async def test_group_commit_isolates_a_failing_write(tmp_path: Path) -> None:
         await conn.close()
 
 
-def test_last_written_list_is_served_without_decoding(tmp_path: Path) -> None:
+def test_reads_decode_fresh_objects(tmp_path: Path) -> None:
+    """The process that wrote a thread reads what any other process would: values decoded from
+    storage, never the objects it was given or handed out before."""
     saver = SQLiteCheckpointer(tmp_path / "c.db")
     graph = chat_graph().compile(checkpointer=saver)
     config = {"configurable": {"thread_id": "c"}}
     for i in range(3):
         graph.invoke({"messages": [human(f"m{i}")]}, config)
-    served = graph.get_state(config).values["messages"]
-    saver._log.forget()
-    decoded = graph.get_state(config).values["messages"]
-    assert served == decoded and len(decoded) == 6
+    first = graph.get_state(config).values["messages"]
+    first[0].content = "changed by the caller"
+    first.append(human("appended by the caller"))
+    again = graph.get_state(config).values["messages"]
+    assert len(again) == 6 and again[0].content == "m0"
+    assert all(a is not b for a, b in zip(first, again, strict=False))
+    with SQLiteCheckpointer(tmp_path / "c.db") as other:
+        assert chat_graph().compile(checkpointer=other).get_state(config).values == (
+            graph.get_state(config).values)
     saver.close()
 
 
@@ -498,26 +541,3 @@ def test_storage_migrations_upgrade_an_older_database(tmp_path: Path) -> None:
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert "lgx_checkpoints_thread_order" in names
     conn.close()
-
-
-def test_append_log_holds_the_last_whole_value_of_any_channel() -> None:
-    from langgraph_ckpt_ext.core.appendlog import EMPTY, MISS, AppendLog
-
-    log = AppendLog(8)
-    assert log.cached("t", "", "memory", "1.5") is MISS
-    log.remember("t", "", "memory", "1.5", {"turn": 1})
-    log.remember("t", "", "turns", "1.5", 3)
-    log.remember("t", "", "__start__", "2.5", EMPTY)
-    log.remember("t", "", "maybe", "1.5", None)
-    held = log.cached("t", "", "memory", "1.5")
-    assert held == {"turn": 1}
-    held["turn"] = 99  # a caller changing what it got does not change what is held
-    assert log.cached("t", "", "memory", "1.5") == {"turn": 1}
-    assert log.cached("t", "", "turns", "1.5") == 3
-    assert log.cached("t", "", "maybe", "1.5") is None  # None is a value, not a miss
-    assert log.cached("t", "", "__start__", "2.5") is EMPTY
-    assert log.cached("t", "", "turns", "9.5") is MISS  # another version
-    assert log.held("t", "") == {"memory": "1.5", "turns": "1.5", "__start__": "2.5",
-                                 "maybe": "1.5"}
-    log.forget("t")
-    assert log.cached("t", "", "turns", "1.5") is MISS and log.held("t", "") == {}

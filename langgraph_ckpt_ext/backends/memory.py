@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import replace
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -91,7 +91,6 @@ class MemoryStore:
         ns: str,
         checkpoint_id: str | None,
         wanted: Callable[[CheckpointRow], Collection[tuple[str, str]]],
-        held: Mapping[str, str] | None = None,
     ) -> tuple[CheckpointRow, dict[tuple[str, str], BlobRow], list[WriteRow]] | None:
         with self._lock:
             row = await self.read_checkpoint(thread_id, ns, checkpoint_id)

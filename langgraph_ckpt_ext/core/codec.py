@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.base import (
@@ -14,14 +15,49 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from .appendlog import AppendLog, Chain, Plan
+from .appendlog import AppendLog, ListBytes, Plan, array_header, list_bytes
 from .errors import CorruptBlobError, SerializationError
 from .rows import BlobRow, Typed, WriteRow
 from .versions import version_key
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Encoded:
+    """A value serialized by `serde` when it was handed over: changes made to the object
+    afterwards cannot reach it. A checkpointer of ours with that very serializer stores these
+    bytes as they are; `value()` decodes a fresh copy."""
+
+    serde: SerializerProtocol
+    typed: Typed
+    is_list: bool
+
+    def value(self) -> Any:
+        return loads(self.serde, self.typed, "a value kept serialized")
+
+
+def encode(serde: SerializerProtocol, value: Any, what: str) -> Encoded:
+    """`value` serialized now (see `Encoded`)."""
+    if type(value) is Encoded:
+        return value
+    return Encoded(serde, dumps(serde, value, what), type(value) is list)
+
+
+def decoded(value: Any) -> Any:
+    """`value` itself, or a fresh copy of what an `Encoded` holds."""
+    return value.value() if type(value) is Encoded else value
+
+
 def dumps(serde: SerializerProtocol, value: Any, what: str) -> Typed:
     """Serialize `value`; a failure raises `SerializationError` naming `what`."""
+    if type(value) is Encoded:
+        # LangGraph's serializers differ only in what they may decode (an allowlist): their
+        # msgpack bytes are the same, whichever made them.
+        if value.serde is serde or (
+            type(value.serde) is JsonPlusSerializer and type(serde) is JsonPlusSerializer
+            and value.typed[0] != "pickle"
+        ):
+            return value.typed
+        value = value.value()
     try:
         return serde.dumps_typed(value)
     except Exception as exc:
@@ -40,14 +76,6 @@ def loads(serde: SerializerProtocol, typed: Typed, what: str) -> Any:
         raise CorruptBlobError(f"cannot decode {what} (type {typed[0]!r}): {exc}") from exc
 
 
-def _array_header(n: int) -> bytes:
-    if n < 16:
-        return bytes((0x90 | n,))
-    if n < 1 << 16:
-        return b"\xdc" + n.to_bytes(2, "big")
-    return b"\xdd" + n.to_bytes(4, "big")
-
-
 def _probe_concatenates() -> bool:
     serde = JsonPlusSerializer()
     sample = [{"a": [1, None]}, "x", None, 1.5, b"y", 2**40]
@@ -56,37 +84,59 @@ def _probe_concatenates() -> bool:
     return (
         whole[0] == "msgpack"
         and all(t == "msgpack" and b[:1] == b"\x91" for t, b in parts)
-        and whole[1] == _array_header(len(sample)) + b"".join(b[1:] for _, b in parts)
+        and whole[1] == array_header(len(sample)) + b"".join(b[1:] for _, b in parts)
     )
 
 
 _CONCATENATES = _probe_concatenates()
 """Whether LangGraph's serializer encodes a list as the array header followed by each item's
-own encoding (msgpack does; checked once against the installed version)."""
+own encoding (msgpack does; checked once against the installed version). Append-deltas rely
+on it: without it every list is stored whole."""
+
+_FINGERPRINT = JsonPlusSerializer()
+"""Tells appends apart for a serializer of the user's (its own bytes may differ each time,
+e.g. encrypted): two lists start alike when LangGraph's msgpack encodings do."""
 
 
-def encode_list(serde: SerializerProtocol, chain: Chain, start: int, what: str) -> Typed:
-    """`chain.items[start:]` serialized, reusing the encodings of items already serialized.
+def _fingerprint(value: list[Any]) -> ListBytes | None:
+    try:
+        type_, data = _FINGERPRINT.dumps_typed(value)
+    except Exception:  # the user's serializer may still handle it: stored whole
+        return None
+    return list_bytes(data) if type_ == "msgpack" else None
 
-    With LangGraph's own serializer a list is its items' encodings one after the other, so an
-    item is serialized once in a process, however often the append log rewrites it (a merge of
-    segments, a full snapshot, a fork of the thread). Any other serializer (e.g. encrypting)
-    serializes the slice whole.
+
+def encode_list(
+    serde: SerializerProtocol, log: AppendLog, key: tuple[str, str, str], version: str,
+    value: list[Any] | Encoded, what: str,
+) -> tuple[BlobRow, Plan | None]:
+    """A list value's row, as an append-delta when its bytes extend the last ones stored
+    (`key`: thread, namespace, channel), and the plan to remember once it is stored.
+
+    With LangGraph's own serializer the list is serialized once, and a delta is a slice of
+    those very bytes. Any other serializer serializes the whole value and the new items (a
+    delta's base may be gone when it is written, and the whole value must be the one of now).
     """
-    items = chain.items
-    if _CONCATENATES and type(serde) is JsonPlusSerializer:
-        done = chain.encoded
-        try:
-            for item in items[len(done):]:
-                type_, data = serde.dumps_typed([item])
-                if type_ != "msgpack" or data[:1] != b"\x91":
-                    break  # e.g. the pickle fallback: not an array of items
-                done.append(data[1:])
-        except Exception:  # reported by `dumps` below, with the value named
-            pass
-        if len(done) == len(items):
-            return "msgpack", _array_header(len(items) - start) + b"".join(done[start:])
-    return dumps(serde, items[start:], what)
+    channel = key[2]
+    if not _CONCATENATES:
+        return BlobRow(channel, version, *dumps(serde, value, what)), None
+    if type(serde) is JsonPlusSerializer:
+        typed = dumps(serde, value, what)
+        listed = list_bytes(typed[1]) if typed[0] == "msgpack" else None
+    else:
+        typed = dumps(serde, value, what)
+        items: list[Any] = decoded(value)
+        listed = _fingerprint(items)
+    if listed is None:  # e.g. the pickle fallback
+        return BlobRow(channel, version, *typed), None
+    plan = log.plan(*key, version, listed)
+    if plan.base is None:
+        return BlobRow(channel, version, *typed), plan
+    if type(serde) is JsonPlusSerializer:
+        part: Typed = ("msgpack", listed.tail(plan.start, plan.offset))
+    else:
+        part = dumps(serde, items[plan.start:], what)
+    return BlobRow(channel, version, *part, plan.base, full=lambda: typed), plan
 
 
 def encode_header(serde: SerializerProtocol, checkpoint: Checkpoint) -> Typed:
@@ -121,26 +171,13 @@ def encode_blobs(
         value = values[channel]
         vkey = version_key(version)
         what = f"channel {channel!r}"
-        plan = log.plan(thread_id, ns, channel, vkey, value)
+        if type(value) is not list and not (type(value) is Encoded and value.is_list):
+            rows.append(BlobRow(channel, vkey, *dumps(serde, value, what)))
+            continue
+        row, plan = encode_list(serde, log, (thread_id, ns, channel), vkey, value, what)
+        rows.append(row)
         if plan is not None:
             plans[channel] = plan
-        if plan is None:
-            type_, data = dumps(serde, value, what)
-            rows.append(BlobRow(channel, vkey, type_, data))
-        elif plan.base is None:
-            rows.append(BlobRow(channel, vkey, *encode_list(serde, plan.chain, 0, what)))
-        else:
-            type_, data = encode_list(serde, plan.chain, plan.start, what)
-            rows.append(
-                BlobRow(
-                    channel,
-                    vkey,
-                    type_,
-                    data,
-                    plan.base,
-                    full=lambda c=plan.chain, w=what: encode_list(serde, c, 0, w),  # type: ignore[misc]
-                )
-            )
     return rows, plans
 
 

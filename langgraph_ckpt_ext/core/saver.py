@@ -39,7 +39,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ..timetravel.methods import TimeTravel
 from . import codec
-from .appendlog import EMPTY, MISS, AppendLog, Plan
+from .appendlog import AppendLog, Plan
 from .bridge import Bridge, iterate_inline, run_inline
 from .config import (
     checkpoint_id_of,
@@ -254,12 +254,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             codec.blob_keys(checkpoint["channel_versions"])
             if self._row_versions or portable else None,
         )
-        values = checkpoint["channel_values"]
-        plain = {
-            ch: (version_key(v), values.get(ch, EMPTY))
-            for ch, v in new_versions.items() if ch not in plans
-        }
-        return _PreparedPut(row, blobs, plans, [k for k, _ in marks], sealed, plain)
+        dropped = tuple(ch for ch in new_versions if ch not in plans)
+        return _PreparedPut(row, blobs, plans, [k for k, _ in marks], sealed, dropped)
 
     def _stored(self, put: _PreparedPut, fell_back: Collection[str], planned: bool = True) -> None:
         """Remember what a stored checkpoint holds (`planned`: its append plans still need
@@ -270,9 +266,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             self._upgrades_stored[key] = None
             if len(self._upgrades_stored) > 4096:
                 self._upgrades_stored.popitem(last=False)
-        row = put.row
-        self._log.record(row.thread_id, row.checkpoint_ns, put.plain,
-                         put.plans if planned else {}, fell_back)
+        if planned:
+            self._log.record(put.row.thread_id, put.row.checkpoint_ns, put.plans, fell_back,
+                             put.dropped)
 
     async def aput_batch(self, ops: Sequence[tuple[Any, ...]]) -> None:
         """Store checkpoints and writes in order, in one batch (one transaction or round trip
@@ -319,8 +315,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
                     batch.threads.add(row.thread_id)
                     # Committed now, so that the next checkpoint (of this batch or one
                     # prepared after it) appends to this one; forgotten if a write fails.
-                    for channel, plan in put.plans.items():
-                        self._log.commit(row.thread_id, row.checkpoint_ns, channel, plan)
+                    self._log.record(row.thread_id, row.checkpoint_ns, put.plans, (),
+                                     put.dropped)
                 else:
                     rows = self._encode_writes(*op[1:])
                     if rows:
@@ -433,39 +429,20 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
         headers: dict[str, dict[str, Any]] = {}
-        cached: dict[str, Any] = {}
-
         to_read: dict[str, str] = {}
 
+        # Every value is decoded from stored rows, in every process: nothing read is served
+        # from memory, so a caller changing what it got changes nothing of ours.
         def wanted(row: CheckpointRow) -> builtins.list[tuple[str, str]]:
             headers[row.checkpoint_id] = header = self._header(row)
-            keys, hits = self._split_cached(thread_id, ns, header)
-            to_read.update(keys)
-            cached.update(hits)
-            return builtins.list(keys.items())
+            to_read.update(codec.blob_keys(header["channel_versions"]))
+            return builtins.list(to_read.items())
 
-        found = await self._store.read_tuple(
-            thread_id, ns, checkpoint_id_of(config), wanted, self._log.held(thread_id, ns)
-        )
+        found = await self._store.read_tuple(thread_id, ns, checkpoint_id_of(config), wanted)
         if found is None:
             return None
         row, blobs, writes = found
-        return self._tuple(row, headers[row.checkpoint_id], blobs, to_read, cached, writes)
-
-    def _split_cached(
-        self, thread_id: str, ns: str, header: Mapping[str, Any]
-    ) -> tuple[dict[str, str], dict[str, Any]]:
-        """Versions to read (channel -> version key), and the values this process still holds
-        (see AppendLog)."""
-        keys: dict[str, str] = {}
-        hits: dict[str, Any] = {}
-        for ch, v in codec.blob_keys(header["channel_versions"]).items():
-            value = self._log.cached(thread_id, ns, ch, v)
-            if value is MISS:
-                keys[ch] = v
-            elif value is not EMPTY:
-                hits[ch] = value
-        return keys, hits
+        return self._tuple(row, headers[row.checkpoint_id], blobs, to_read, writes)
 
     def _tuple(
         self,
@@ -473,14 +450,12 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         header: Mapping[str, Any],
         blobs: Mapping[tuple[str, str], Any],
         to_read: Mapping[str, str],
-        cached: Mapping[str, Any],
         writes: Sequence[Any],
         metadata: CheckpointMetadata | None = None,
         upgrade: bool = True,
     ) -> CheckpointTuple:
         thread_id, ns, parent = row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id
         values = codec.resolve_blobs(self.serde, blobs, to_read)
-        values.update(cached)
         checkpoint = cast(Checkpoint, {**header, "id": row.checkpoint_id, "channel_values": values})
         tup = CheckpointTuple(
             config=make_config(thread_id, ns, row.checkpoint_id),
@@ -591,17 +566,16 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         out: builtins.list[CheckpointTuple | None] = [None] * len(rows)
         for (thread_id, ns), idxs in groups.items():
             headers = {i: self._header(rows[i]) for i in idxs}
-            split = {i: self._split_cached(thread_id, ns, h) for i, h in headers.items()}
-            keys = {key for i in idxs for key in split[i][0].items()}
+            wanted = {i: codec.blob_keys(h["channel_versions"]) for i, h in headers.items()}
+            keys = {key for i in idxs for key in wanted[i].items()}
             blobs = await self._store.read_blobs(thread_id, ns, keys) if keys else {}
             ids = [rows[i].checkpoint_id for i in idxs]
             writes = await self._store.read_writes(thread_id, ns, ids)
             if raw_writes is not None:
                 raw_writes.update({(ns, cid): ws for cid, ws in writes.items()})
             for i in idxs:
-                to_read, cached = split[i]
                 out[i] = self._tuple(
-                    rows[i], headers[i], blobs, to_read, cached,
+                    rows[i], headers[i], blobs, wanted[i],
                     writes.get(rows[i].checkpoint_id, []), (metadata or {}).get(i), upgrade,
                 )
         return out  # type: ignore[return-value]
@@ -920,8 +894,8 @@ class _PreparedPut:
     plans: Mapping[str, Plan]
     marks: builtins.list[tuple[str, str, str, str]]
     sealed: Any
-    plain: Mapping[str, tuple[str, Any]]
-    """Channel -> (version key, value) of the values stored whole that are not lists."""
+    dropped: tuple[str, ...]
+    """Channels written without an append plan (not lists): the log forgets their chains."""
 
 
 def stored_schema_version(metadata: Mapping[str, Any], chain: SchemaChain, checkpoint_id: str) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Protocol
 
 from .rows import (
@@ -66,13 +66,10 @@ class Store(Protocol):
         ns: str,
         checkpoint_id: str | None,
         wanted: Callable[[CheckpointRow], Collection[tuple[str, str]]],
-        held: Mapping[str, str] | None = None,
     ) -> tuple[CheckpointRow, dict[tuple[str, str], BlobRow], list[WriteRow]] | None:
         """One checkpoint (the newest when `checkpoint_id` is None) with the blobs that
-        `wanted(row)` names (and their bases) and its writes, in one round trip.
-
-        `held`: channel -> version of values the caller already holds; a store that resolves
-        blobs before calling `wanted` may skip those (`wanted` never names them)."""
+        `wanted(row)` names (and their bases) and its writes, in one round trip. A store
+        that resolves blobs before calling `wanted` returns every blob the row names."""
         ...
 
     def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:

@@ -417,7 +417,7 @@ class Auditor:
             memo = await self._read_digests(serde, tid, ns, [(blob.channel, blob.base_version)])
             base = memo.get((blob.channel, blob.base_version))
         found = _extend(base, (blob.type, blob.data))
-        return found if found is not None else _value_digest(_plain(serde, value))
+        return found if found is not None else _value_digest(_plain(serde, codec.decoded(value)))
 
     async def _read_digests(
         self, serde: SerializerProtocol, tid: str, ns: str, keys: Collection[tuple[str, str]]

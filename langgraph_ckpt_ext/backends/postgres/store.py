@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
@@ -343,7 +343,6 @@ class PostgresStore:
         ns: str,
         checkpoint_id: str | None,
         wanted: Callable[[CheckpointRow], Collection[tuple[str, str]]],
-        held: Mapping[str, str] | None = None,
     ) -> tuple[CheckpointRow, dict[tuple[str, str], BlobRow], list[WriteRow]] | None:
         async def op(conn: asyncpg.Connection) -> Any:
             # The row and its writes in one round trip, the values it names in a second.

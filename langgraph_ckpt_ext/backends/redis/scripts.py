@@ -209,24 +209,14 @@ expire_all(ARGV[1])
 return {}
 """
 
-# ARGV: ns, cid|'', then (channel, version) pairs the caller holds (not read). Returns false,
-# or {cid, row, {ch, ver, blob, ...}, {field, write, ...}}.
+# ARGV: ns, cid|''. Returns false, or {cid, row, {ch, ver, blob, ...}, {field, write, ...}}.
 GET_TUPLE = _PRELUDE + r"""
 local ns = ARGV[1]
 local cid, row = find_row(ns, ARGV[2])
 if not cid then return false end
-local held = {}
-for i = 3, #ARGV, 2 do held[ARGV[i] .. '\0' .. ARGV[i + 1]] = true end
 local _, _, names = split_row(row)
-local list, ch = {}, nil
-for item in string.gmatch(names, '([^%z]*)%z') do
-  if ch == nil then
-    ch = item
-  else
-    if not held[ch .. '\0' .. item] then list[#list + 1] = ch; list[#list + 1] = item end
-    ch = nil
-  end
-end
+local list = {}
+for item in string.gmatch(names, '([^%z]*)%z') do list[#list + 1] = item end
 return {cid, row, blobs(ns, list), writes(ns, cid)}
 """
 

@@ -9,7 +9,7 @@ import heapq
 import math
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 import ormsgpack
@@ -584,12 +584,10 @@ class RedisStore:
         ns: str,
         checkpoint_id: str | None,
         wanted: Callable[[CheckpointRow], Collection[tuple[str, str]]],
-        held: Mapping[str, str] | None = None,
     ) -> tuple[CheckpointRow, dict[tuple[str, str], BlobRow], list[WriteRow]] | None:
         check_parts(ns, checkpoint_id or "")
         keys = self.keys(thread_id)
-        skip = [p for ch, v in (held or {}).items() for p in (ch, v)]
-        found = await self._call("GET_TUPLE", keys, [ns, checkpoint_id or "", *skip])
+        found = await self._call("GET_TUPLE", keys, [ns, checkpoint_id or ""])
         if found is None:
             return None
         if self.refresh_on_read:
@@ -597,11 +595,7 @@ class RedisStore:
         cid, packed, flat_blobs, flat_writes = found
         row = _row(thread_id, ns, _s(cid), packed)
         blobs = _blobs(flat_blobs)
-        # The script read every blob the row names but those held; the process may have
-        # dropped a held value since (another task's write): read what is still missing.
-        missing = [k for k in wanted(row) if k not in blobs and held and held.get(k[0]) == k[1]]
-        if missing:
-            blobs.update(await self.read_blobs(thread_id, ns, missing))
+        wanted(row)  # the script read every blob the row names
         writes = _writes(thread_id, flat_writes)
         return row, blobs, writes.get(row.checkpoint_id, [])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import aiosqlite
@@ -301,7 +301,6 @@ class SQLiteStore:
         ns: str,
         checkpoint_id: str | None,
         wanted: Callable[[CheckpointRow], Collection[tuple[str, str]]],
-        held: Mapping[str, str] | None = None,
     ) -> tuple[CheckpointRow, dict[tuple[str, str], BlobRow], list[WriteRow]] | None:
         def op(conn: sqlite3.Connection) -> Any:
             if checkpoint_id is None:
