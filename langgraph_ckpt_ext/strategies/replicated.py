@@ -818,18 +818,16 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
                 values[ch] = self._frozen(values[ch])
         return (config, checkpoint, self._frozen(dict(metadata)), dict(new_versions))
 
-    def _frozen(self, value: Any, *, items_too: bool = False) -> Any:
-        """A copy of `value` that later changes in place cannot reach. `items_too`: a list's
-        items are copied as well (a write's items are new, not yet given their ids)."""
+    def _frozen(self, value: Any) -> Any:
+        """A copy of `value` that later changes in place cannot reach (a list's items too: a
+        message may be changed in place and put again)."""
         if value is None or isinstance(value, str | int | float | bool | bytes):
             return value
-        if isinstance(value, list) and not items_too:
-            return list(value)
         return self.serde.loads_typed(self.serde.dumps_typed(value))
 
     def _frozen_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                        task_id: str, task_path: str) -> tuple[Any, ...]:
-        frozen = [(ch, self._frozen(v, items_too=True)) for ch, v in writes]
+        frozen = [(ch, self._frozen(v)) for ch, v in writes]
         return (config, frozen, task_id, task_path)
 
     # Our checkpointers, all with LangGraph's own serializer: the primary encodes each write

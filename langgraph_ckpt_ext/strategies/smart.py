@@ -4,7 +4,9 @@ Every `put` and `put_writes` is queued per thread, in order. A thread's queue is
 that order, when its policy says so (an event such as an interrupt, an error or the end of a
 run; or an interval), on `flush()`, on close and at interpreter exit, and early when the
 buffer passes its bounds. Until then reads of this process see the queued checkpoints and
-writes as if they were stored. A failed flush puts its items back at the head of the queue and
+writes as if they were stored: each value is serialized when it is handed over, and read back
+decoded, as from storage (a caller changing its objects later changes nothing buffered). A
+failed flush puts its items back at the head of the queue and
 raises; nothing is dropped. Writing a queue in order means what is stored is always a prefix of
 the thread: never a checkpoint without the writes that came before it.
 """
@@ -20,7 +22,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +39,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 
+from ..core import codec
 from ..core.bridge import resolve
 from ..core.config import (
     checkpoint_id_of,
@@ -47,6 +50,8 @@ from ..core.config import (
 )
 from ..core.errors import InvalidConfigError
 from ..core.filters import matches, validate_filter
+from ..core.saver import StoreCheckpointer
+from ..core.versions import version_key
 from ..timetravel.history import next_nodes
 from . import policies
 from .policies import OnEvents, Policy, ThreadActivity
@@ -66,6 +71,7 @@ class _Put:
     new_versions: ChannelVersions
     size: int
     at: float
+    events: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -79,6 +85,7 @@ class _Writes:
     task_path: str
     size: int
     at: float
+    events: set[str] = field(default_factory=set)
 
 
 _Item = _Put | _Writes
@@ -182,8 +189,10 @@ def _sampled(sizes: list[int], total: int) -> int:
 
 
 def _events(
-    item: _Item, plan_channels: frozenset[str], side_effect_tools: frozenset[str] | None
+    item: _Item, plan_channels: frozenset[str], side_effect_tools: frozenset[str] | None,
+    writes: Sequence[tuple[str, Any]] = (),
 ) -> set[str]:
+    """What happened at a put, or in `writes` (the values of a `_Writes` item, unencoded)."""
     found: set[str] = set()
     if isinstance(item, _Put):
         if item.metadata.get("source") == "update":
@@ -191,7 +200,7 @@ def _events(
         if not next_nodes(item.checkpoint):
             found.add(policies.END)
         return found
-    for channel, value in item.writes:
+    for channel, value in writes:
         if channel == _INTERRUPT:
             found.add(policies.INTERRUPT)
         elif channel == _ERROR:
@@ -260,6 +269,14 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         self.inner = inner
         # Ours can write a batch together with the rows of one still being written.
         self._carries = callable(getattr(inner, "aprepare_batch", None))
+        # Buffered values are kept serialized (`codec.Encoded`); ours store those bytes as
+        # they are, any other checkpointer is given them decoded.
+        self._takes_encoded = isinstance(inner, StoreCheckpointer)
+        # (thread, ns, channel) -> (version key, encoded value) of the last value buffered:
+        # a channel a checkpoint holds but did not write is not serialized again.
+        self._encoded: OrderedDict[tuple[str, str, str], tuple[str, codec.Encoded]] = (
+            OrderedDict())
+        self._encoded_bytes = 0
         self.policy = policy or OnEvents()
         self.coalesce = coalesce
         self.max_checkpoints = max_checkpoints
@@ -306,7 +323,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
 
     def _queue(self, item: _Item) -> bool:
         """Queue an item; True if its thread must be written now."""
-        events = _events(item, self.plan_channels, self.side_effect_tools)
+        events = item.events
         now = item.at
         with self._lock:
             st = self._threads.setdefault(item.thread_id, _Thread())
@@ -366,16 +383,48 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> tuple[_Put, RunnableConfig]:
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
-        values = checkpoint.get("channel_values") or {}
-        size = 256 + sum(_size(values.get(ch)) for ch in new_versions)
-        # Our own copies: the caller may change its objects after put returns (the values
-        # themselves LangGraph treats as immutable, as every saver does).
+        values = self._freeze(thread_id, ns, checkpoint, new_versions)
+        size = 256 + sum(len(values[ch].typed[1]) for ch in new_versions if ch in values)
         item = _Put(
             thread_id, ns, str(checkpoint["id"]), checkpoint_id_of(config), config,
-            copy_checkpoint(checkpoint), dict(metadata),  # type: ignore[arg-type]
+            {**copy_checkpoint(checkpoint), "channel_values": values},
+            dict(metadata),  # type: ignore[arg-type]
             dict(new_versions), size, time.monotonic(),
         )
+        item.events = _events(item, self.plan_channels, self.side_effect_tools)
         return item, make_config(thread_id, ns, str(checkpoint["id"]))
+
+    def _freeze(
+        self, thread_id: str, ns: str, checkpoint: Checkpoint, new_versions: ChannelVersions
+    ) -> dict[str, codec.Encoded]:
+        """The checkpoint's values serialized as of now, as a direct `put` would store them: a
+        channel this step wrote is serialized; one it did not write is the value buffered at
+        its version, if any (else serialized too)."""
+        versions = checkpoint.get("channel_versions") or {}
+        out: dict[str, codec.Encoded] = {}
+        for ch, value in (checkpoint.get("channel_values") or {}).items():
+            vkey = version_key(versions[ch]) if ch in versions else None
+            key = (thread_id, ns, ch)
+            with self._lock:
+                hit = self._encoded.get(key)
+            if ch not in new_versions and hit is not None and hit[0] == vkey:
+                out[ch] = hit[1]
+                continue
+            out[ch] = enc = codec.encode(self.serde, value, f"channel {ch!r}")
+            if vkey is not None:
+                self._remember_encoded(key, vkey, enc)
+        return out
+
+    def _remember_encoded(self, key: tuple[str, str, str], vkey: str, enc: codec.Encoded) -> None:
+        with self._lock:
+            old = self._encoded.pop(key, None)
+            if old is not None:
+                self._encoded_bytes -= len(old[1].typed[1])
+            self._encoded[key] = (vkey, enc)
+            self._encoded_bytes += len(enc.typed[1])
+            while self._encoded_bytes > self.max_bytes and self._encoded:
+                _, (_, dropped) = self._encoded.popitem(last=False)
+                self._encoded_bytes -= len(dropped.typed[1])
 
     def _writes_item(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
@@ -383,9 +432,13 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
     ) -> _Writes:
         thread_id = thread_id_of(config)
         checkpoint_id = writes_checkpoint_of(config)
-        size = 64 + sum(_size(v) for _, v in writes)
-        return _Writes(thread_id, checkpoint_ns_of(config), checkpoint_id, config,
-                       list(writes), str(task_id), task_path, size, time.monotonic())
+        frozen = [(ch, codec.encode(self.serde, v, f"write to channel {ch!r} of task "
+                                    f"{task_id!r}")) for ch, v in writes]
+        size = 64 + sum(len(v.typed[1]) for _, v in frozen)
+        item = _Writes(thread_id, checkpoint_ns_of(config), checkpoint_id, config,
+                       frozen, str(task_id), task_path, size, time.monotonic())
+        item.events = _events(item, self.plan_channels, self.side_effect_tools, writes)
+        return item
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -570,7 +623,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
             flight.prepared = prepared
 
     def _write_sync(self, flight: _Flight, carried: list[_Flight]) -> None:
-        ops = [_op(i) for i in flight.items]
+        ops = [_op(i, self._takes_encoded) for i in flight.items]
         if self._carries:
             prepared = self.inner.prepare_batch(ops)  # type: ignore[attr-defined]
             if prepared is not None:
@@ -582,14 +635,14 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         if batcher is not None:
             batcher(ops)
             return
-        for item in flight.items:
-            if isinstance(item, _Put):
-                self.inner.put(item.config, item.checkpoint, item.metadata, item.new_versions)
+        for op in ops:
+            if op[0] == "put":
+                self.inner.put(*op[1:])
             else:
-                self.inner.put_writes(item.config, item.writes, item.task_id, item.task_path)
+                self.inner.put_writes(*op[1:])
 
     async def _write_async(self, flight: _Flight, carried: list[_Flight]) -> None:
-        ops = [_op(i) for i in flight.items]
+        ops = [_op(i, self._takes_encoded) for i in flight.items]
         if self._carries:
             prepared = await self.inner.aprepare_batch(ops)  # type: ignore[attr-defined]
             if prepared is not None:
@@ -601,13 +654,11 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         if batcher is not None:
             await batcher(ops)
             return
-        for item in flight.items:
-            if isinstance(item, _Put):
-                await self.inner.aput(item.config, item.checkpoint, item.metadata,
-                                      item.new_versions)
+        for op in ops:
+            if op[0] == "put":
+                await self.inner.aput(*op[1:])
             else:
-                await self.inner.aput_writes(item.config, item.writes, item.task_id,
-                                             item.task_path)
+                await self.inner.aput_writes(*op[1:])
 
     def _coalesced(self, batch: list[_Item]) -> list[_Item]:
         """The newest checkpoint of each namespace (re-parented onto the one before the batch,
@@ -725,7 +776,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         items = [*early, *items]
         return CheckpointTuple(
             config=make_config(put.thread_id, put.ns, put.checkpoint_id),
-            checkpoint=put.checkpoint,
+            checkpoint=_decoded_checkpoint(put.checkpoint),
             metadata=get_serializable_checkpoint_metadata(put.config, put.metadata),
             parent_config=(make_config(put.thread_id, put.ns, put.parent_id)
                            if put.parent_id else None),
@@ -857,6 +908,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                 st = self._threads.get(str(thread_id))
                 if st is None or not st.flights:
                     self._threads.pop(str(thread_id), None)
+                    for key in [k for k in self._encoded if k[0] == str(thread_id)]:
+                        self._encoded_bytes -= len(self._encoded.pop(key)[1].typed[1])
                     return
             time.sleep(0.002)  # a flush is writing it: delete after it
 
@@ -900,6 +953,15 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         await self._aflush_thread(thread_id_of(config))
         return await self.inner.aget_delta_channel_history(config=config, channels=channels)
 
+    def with_allowlist(self, extra_allowlist: Collection[tuple[str, ...]]) -> SmartCheckpointer:
+        """A view that may also decode the graph's own types (LangGraph asks for it when it
+        compiles a graph under LANGGRAPH_STRICT_MSGPACK): the inner checkpointer too, since
+        reads go through it. Buffer and inner storage stay shared."""
+        clone = super().with_allowlist(extra_allowlist)
+        if clone is not self:
+            clone.inner = self.inner.with_allowlist(extra_allowlist)  # type: ignore[attr-defined]
+        return clone  # type: ignore[return-value]
+
     def get_next_version(self, current: Any, channel: Any = None) -> Any:
         return self.inner.get_next_version(current, channel)
 
@@ -941,10 +1003,18 @@ def _remember(memo: OrderedDict[Any, Any], key: Any, value: Any, size: int = 819
     return value
 
 
-def _op(item: _Item) -> tuple[Any, ...]:
+def _op(item: _Item, encoded: bool = True) -> tuple[Any, ...]:
+    """The call that stores an item (`encoded`: values as kept, else decoded)."""
     if isinstance(item, _Put):
-        return ("put", item.config, item.checkpoint, item.metadata, item.new_versions)
-    return ("writes", item.config, item.writes, item.task_id, item.task_path)
+        checkpoint = item.checkpoint if encoded else _decoded_checkpoint(item.checkpoint)
+        return ("put", item.config, checkpoint, item.metadata, item.new_versions)
+    writes = item.writes if encoded else [(ch, codec.decoded(v)) for ch, v in item.writes]
+    return ("writes", item.config, writes, item.task_id, item.task_path)
+
+
+def _decoded_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
+    values = {ch: codec.decoded(v) for ch, v in checkpoint["channel_values"].items()}
+    return {**checkpoint, "channel_values": values}
 
 
 def _writes_for(items: list[_Item], ns: str, checkpoint_id: str) -> list[tuple[str, str, Any]]:
@@ -959,9 +1029,9 @@ def _writes_for(items: list[_Item], ns: str, checkpoint_id: str) -> list[tuple[s
                 if idx >= 0 and key in rows:
                     continue
                 rows[key] = (item.task_path, item.task_id, channel, value)
-    # in the order LangGraph applies them: task path, task id, index
+    # in the order LangGraph applies them: task path, task id, index; decoded afresh
     order = sorted(rows, key=lambda k: (rows[k][0], k[0], k[1]))
-    return [rows[k][1:] for k in order]
+    return [(rows[k][1], rows[k][2], codec.decoded(rows[k][3])) for k in order]
 
 
 def _order(tup: CheckpointTuple) -> tuple[str, str, str]:
