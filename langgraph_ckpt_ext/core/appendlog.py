@@ -41,18 +41,10 @@ class ListBytes:
     head: int  # length of the array header
     count: int  # items
 
-    @property
-    def body(self) -> memoryview:
-        return memoryview(self.data)[self.head:]
-
     def starts_with(self, other: ListBytes) -> bool:
         """Whether this list's items begin with all of `other`'s (byte for byte)."""
-        n = len(other.data) - other.head
-        return (
-            self.count >= other.count
-            and len(self.data) - self.head >= n
-            and self.body[:n] == other.body
-        )
+        return self.count >= other.count and self.data.startswith(
+            memoryview(other.data)[other.head:], self.head)
 
     def tail(self, start: int, offset: int) -> bytes:
         """The encoding of the list `items[start:]`, whose first item is at byte `offset` of

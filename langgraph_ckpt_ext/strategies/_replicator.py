@@ -7,9 +7,9 @@ langgraph_ckpt_ext.strategies._replicator`, so none of the user's modules are im
 opens the replicas from their URLs and applies the writes with the same per-replica workers as
 in-process replication, reporting back what each replica did.
 
-Lists (a thread's messages) grow by appending: after the first time, only the items appended
-since the list last sent for that channel cross the pipe. Parent and child keep the same cache
-in the same order, so they agree on what the other holds.
+A put carries only the channels it writes. Its values were copied when the call came (see
+`ReplicatedCheckpointer._frozen`); no list is sent as a tail of an earlier one, since what a
+replica stores is decided from the values, never from which objects they are.
 
 The pipe carries pickles between a parent and the child it started: nothing else writes to it.
 """
@@ -32,7 +32,6 @@ from langgraph.checkpoint.base import get_serializable_checkpoint_metadata
 from .replicated import RemoteError, _describe, _Health
 
 _HEADER = struct.Struct("!I")
-_CACHE = 4096  # lists remembered per side (parent and child: the same rule, the same order)
 _OUTBOX_EVERY = 0.002  # the child sends what its replicas did at most this often
 
 
@@ -53,43 +52,6 @@ def read_frame(stream: IO[bytes]) -> Any:
     return pickle.loads(data)
 
 
-class _Tail:
-    """The items appended to the list last sent for a channel."""
-
-    __slots__ = ("base", "items")
-
-    def __init__(self, base: int, items: list[Any]) -> None:
-        self.base, self.items = base, items
-
-
-class ListCache:
-    """The last list sent per (thread, namespace, channel), most recent last."""
-
-    def __init__(self) -> None:
-        self.lists: OrderedDict[tuple[str, str, str], list[Any]] = OrderedDict()
-
-    def keep(self, key: tuple[str, str, str], value: list[Any]) -> None:
-        self.lists[key] = value
-        self.lists.move_to_end(key)
-        while len(self.lists) > _CACHE:
-            self.lists.popitem(last=False)
-
-    def ship(self, key: tuple[str, str, str], value: list[Any]) -> Any:
-        """What to send for `value` (parent side)."""
-        old = self.lists.get(key)
-        self.keep(key, value)
-        if old is None or len(old) > len(value) or not all(
-                a is b for a, b in zip(old, value, strict=False)):
-            return list(value)
-        return _Tail(len(old), value[len(old):])
-
-    def land(self, key: tuple[str, str, str], shipped: Any) -> list[Any]:
-        """The list `shipped` stands for (child side)."""
-        value = self.lists[key][:shipped.base] + shipped.items if isinstance(shipped, _Tail) else shipped
-        self.keep(key, value)
-        return value
-
-
 def _plain_config(config: Any) -> dict[str, Any]:
     """The ids a store reads from a config (a run's config also holds callbacks and the like,
     which neither pickle nor matter here)."""
@@ -98,35 +60,18 @@ def _plain_config(config: Any) -> dict[str, Any]:
     return {"configurable": keep}
 
 
-def ship(cache: ListCache, kind: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+def ship(kind: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
     """An op's arguments for the pipe. A put: its metadata as the store would make it from the
-    run's config, and only the channels it writes, lists as tails."""
+    run's config, and only the channels it writes."""
     if kind == "writes":
         return (_plain_config(args[0]), *args[1:])
     if kind != "put":
         return args
     config, checkpoint, metadata, new_versions = args
-    conf = config["configurable"]
-    thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
     values = checkpoint["channel_values"]
-    sent = {}
-    for ch in new_versions:
-        if ch in values:
-            v = values[ch]
-            sent[ch] = cache.ship((thread_id, ns, ch), v) if type(v) is list else v
+    sent = {ch: values[ch] for ch in new_versions if ch in values}
     metadata = get_serializable_checkpoint_metadata(config, metadata)
     return (_plain_config(config), {**checkpoint, "channel_values": sent}, metadata, new_versions)
-
-
-def land_put(cache: ListCache, args: tuple[Any, ...]) -> tuple[Any, ...]:
-    config, checkpoint, metadata, new_versions = args
-    conf = config["configurable"]
-    thread_id, ns = str(conf["thread_id"]), str(conf.get("checkpoint_ns", ""))
-    values = checkpoint["channel_values"]
-    for ch, v in list(values.items()):
-        if type(v) is list or isinstance(v, _Tail):
-            values[ch] = cache.land((thread_id, ns, ch), v)
-    return (config, checkpoint, metadata, new_versions)
 
 
 # -- the child ---------------------------------------------------------------------------------
@@ -246,14 +191,11 @@ def child_main() -> None:  # pragma: no cover - runs in the child; covered by it
                                 None if err is None else _describe(err)))
 
     threading.Thread(target=watch, daemon=True).start()
-    cache = ListCache()
     try:
         while True:
             msg = read_frame(stdin)
             if msg[0] == "op":
                 _, seq, kind, threads, args, targets, quorum = msg
-                if kind == "put":
-                    args = land_put(cache, args)
                 op = _Op(kind, args, threads, time.monotonic(), seq=seq)
                 op.quorum = quorum  # type: ignore[attr-defined]
                 for i in targets:
@@ -299,7 +241,6 @@ class Replicator:
 
             fcntl.fcntl(self._out.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
         self._lock = threading.Lock()
-        self.cache = ListCache()
         self._on_events = on_events
         self.closed = threading.Event()
         send_frame(self._out, ("hello", list(specs), {"linger": linger}))
@@ -318,10 +259,9 @@ class Replicator:
             send_frame(self._out, message)
 
     def ship(self, op: Any, targets: list[int]) -> None:
-        """Send an op to the child's replicas `targets` (every put goes, with no target when
-        none wants it, so that both sides' list caches stay the same)."""
+        """Send an op to the child's replicas `targets`."""
         with self._lock:
-            args = ship(self.cache, op.kind, op.args)
+            args = ship(op.kind, op.args)
             send_frame(self._out, ("op", op.seq, op.kind, op.threads, args, targets,
                                    op.ack is not None))
 
@@ -445,8 +385,7 @@ class ProcessReplica(_Health):
 
 
 if __name__ == "__main__":  # pragma: no cover
-    # Through the package's module, not this `__main__` copy: the classes the parent pickles
-    # (`_Tail`) must be the ones this code compares with.
+    # Through the package's module, not this `__main__` copy: one set of classes.
     from langgraph_ckpt_ext.strategies._replicator import child_main as _main
 
     _main()
