@@ -97,9 +97,10 @@ def test_append_log_is_bounded_in_bytes() -> None:
 
 
 def test_lists_serialized_once_per_put_and_byte_identical() -> None:
-    """Each put serializes its list once (the whole value, as LangGraph's savers do: what is
-    stored is decided from bytes, not objects); every blob equals what the serializer itself
-    gives for that slice; an item changed in place makes the list stored whole; an item the
+    """A put serializes the items whose fingerprint (a cheap pickle of the item's state, not
+    its identity) differs from the item's at that place in the list stored before, and reuses
+    the others' bytes; every blob equals what the serializer itself gives for that slice; an
+    item changed in place is serialized again and the list stored whole; an item the
     serializer cannot take as msgpack falls back to serializing the value whole."""
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
@@ -126,7 +127,8 @@ def test_lists_serialized_once_per_put_and_byte_identical() -> None:
         rows, plans = codec.encode_blobs(serde, log, "t", "", {"m": value}, {"m": float(i + 1)})
         (row,) = rows
         plan = plans["m"]
-        assert calls - before == 1
+        # the new item, and the dict (not fingerprinted, so serialized again at every put)
+        assert calls - before == 1 + (i > 3)
         assert (row.type, row.data) == real(value[plan.start:])
         if row.full is not None:
             assert row.full() == real(value)
@@ -135,8 +137,15 @@ def test_lists_serialized_once_per_put_and_byte_identical() -> None:
         log.commit("t", "", "m", plan)
     # The very objects of the last put, one of them changed in place: stored whole.
     value[10].content = "edited in place"
+    value[12].tool_calls = [{"name": "s", "args": {"q": 1}, "id": "c", "type": "tool_call"}]
     value = [*value, AIMessage(content="next", id="n")]
+    before = calls
     rows, plans = codec.encode_blobs(serde, log, "t", "", {"m": value}, {"m": 98.5})
+    assert plans["m"].base is None and (rows[0].type, rows[0].data) == real(value)
+    assert calls - before == 4  # the two changed, the dict, the new one
+    # the same arguments with another type (1 -> 1.0, equal in Python): serialized again
+    value[12].tool_calls[0]["args"]["q"] = 1.0
+    rows, plans = codec.encode_blobs(serde, log, "t", "", {"m": value}, {"m": 98.7})
     assert plans["m"].base is None and (rows[0].type, rows[0].data) == real(value)
     log.commit("t", "", "m", plans["m"])
     # A fork of an earlier state plus a new item: written whole.

@@ -40,6 +40,12 @@ class ListBytes:
     data: bytes
     head: int  # length of the array header
     count: int  # items
+    # Where each item's encoding ends in the body, and each item's fingerprint (see
+    # `codec.fingerprint`), when the list was encoded item by item: a later list whose items
+    # print alike reuses their bytes.
+    ends: tuple[int, ...] | None = None
+    prints: tuple[bytes | None, ...] | None = None
+    weight: int = 0  # bytes held besides `data`
 
     def starts_with(self, other: ListBytes) -> bool:
         """Whether this list's items begin with all of `other`'s (byte for byte)."""
@@ -115,6 +121,12 @@ class AppendLog:
         self._bytes = 0
         self._guard = threading.Lock()
 
+    def last(self, thread_id: str, ns: str, channel: str) -> ListBytes | None:
+        """The bytes of the list last stored for a channel, if remembered."""
+        with self._guard:
+            chain = self._chains.get((thread_id, ns, channel))
+        return None if chain is None else chain.value
+
     def plan(self, thread_id: str, ns: str, channel: str, version: str, value: ListBytes) -> Plan:
         """How to store a list value, given its bytes."""
         with self._guard:
@@ -163,14 +175,14 @@ class AppendLog:
                 key = (thread_id, ns, channel)
                 self._drop(key)
                 self._chains[key] = chain
-                self._bytes += len(chain.value.data)
+                self._bytes += len(chain.value.data) + chain.value.weight
             while self._bytes > self.max_bytes and self._chains:
                 self._drop(next(iter(self._chains)))
 
     def _drop(self, key: tuple[str, str, str]) -> None:
         chain = self._chains.pop(key, None)
         if chain is not None:
-            self._bytes -= len(chain.value.data)
+            self._bytes -= len(chain.value.data) + chain.value.weight
 
     def forget(self, thread_id: str | None = None) -> None:
         """Drop what is remembered for one thread (or all): its rows may be gone."""
