@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from langchain_core import messages as _messages
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
     Checkpoint,
@@ -22,6 +21,8 @@ from .errors import CorruptBlobError, SerializationError
 from .rows import BlobRow, Typed, WriteRow
 from .versions import version_key
 
+_MISS: Any = object()
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Encoded:
@@ -31,30 +32,17 @@ class Encoded:
 
     serde: SerializerProtocol
     typed: Typed
-    listed: ListBytes | None = None
-    """A list's bytes item by item (`list_encoding`), for LangGraph's own serializer."""
+    is_list: bool
 
     def value(self) -> Any:
         return loads(self.serde, self.typed, "a value kept serialized")
 
-    @property
-    def is_list(self) -> bool:
-        return self.listed is not None or (
-            self.typed[0] == "msgpack" and list_bytes(self.typed[1]) is not None)
 
-
-def encode(
-    serde: SerializerProtocol, value: Any, what: str, last: ListBytes | None = None
-) -> Encoded:
-    """`value` serialized now (see `Encoded`); a list reuses the bytes of the leading items it
-    shares with `last` (see `list_encoding`)."""
+def encode(serde: SerializerProtocol, value: Any, what: str) -> Encoded:
+    """`value` serialized now (see `Encoded`)."""
     if type(value) is Encoded:
         return value
-    if type(value) is list and _CONCATENATES and type(serde) is JsonPlusSerializer:
-        listed = list_encoding(serde, value, last)
-        if listed is not None:
-            return Encoded(serde, ("msgpack", listed.data), listed)
-    return Encoded(serde, dumps(serde, value, what))
+    return Encoded(serde, dumps(serde, value, what), type(value) is list)
 
 
 def decoded(value: Any) -> Any:
@@ -113,79 +101,6 @@ _FINGERPRINT = JsonPlusSerializer()
 e.g. encrypted): two lists start alike when LangGraph's msgpack encodings do."""
 
 
-_MESSAGES: frozenset[type] = frozenset(
-    cls for name in dir(_messages)
-    if isinstance(cls := getattr(_messages, name), type) and issubclass(cls, _messages.BaseMessage)
-    and cls is not _messages.BaseMessage and cls is not _messages.BaseMessageChunk
-)
-_SCALARS: frozenset[type] = frozenset((str, int, float, bool, type(None), bytes))
-
-
-def fingerprint(item: Any) -> bytes | None:
-    """An item's whole state as bytes, about three times cheaper to make than its msgpack
-    encoding: two items that print alike serialize alike, so the bytes of one serve for the
-    other. LangChain messages (class, fields, extra fields, private attributes) and scalars
-    only; None for anything else, which is then serialized."""
-    kind = type(item)
-    try:
-        if kind in _MESSAGES:
-            state = (item.__dict__, item.__pydantic_extra__, item.__pydantic_private__)
-            return pickle.dumps((kind, state), pickle.HIGHEST_PROTOCOL)
-        if kind in _SCALARS:
-            return pickle.dumps(item, pickle.HIGHEST_PROTOCOL)
-    except Exception:  # a value pickle cannot take: serialized instead
-        return None
-    return None
-
-
-def list_encoding(
-    serde: SerializerProtocol, value: list[Any], last: ListBytes | None
-) -> ListBytes | None:
-    """`value` encoded by LangGraph's own serializer, item by item: an item whose fingerprint
-    equals that of the item at its place in `last` (the list stored before) reuses its bytes,
-    any other is serialized. None if an item cannot be encoded so (the caller serializes the
-    value whole, which reports an unserializable one)."""
-    prints = tuple(fingerprint(x) for x in value)
-    old = last.prints if last is not None and last.ends is not None else None
-    parts: list[bytes | memoryview] = []
-    ends: list[int] = []
-    pos = 0
-    run = -1  # first item of the run of reused items being collected, or -1
-    try:
-        for i, item in enumerate(value):
-            if old is not None and i < len(old) and prints[i] is not None and prints[i] == old[i]:
-                if run < 0:
-                    run = i
-                continue
-            if run >= 0:
-                pos = _reuse(parts, ends, pos, last, run, i)  # type: ignore[arg-type]
-                run = -1
-            type_, data = serde.dumps_typed([item])
-            if type_ != "msgpack" or data[:1] != b"\x91":
-                return None  # e.g. the pickle fallback: not an array of items
-            parts.append(memoryview(data)[1:])
-            pos += len(data) - 1
-            ends.append(pos)
-    except Exception:
-        return None
-    if run >= 0:
-        _reuse(parts, ends, pos, last, run, len(value))  # type: ignore[arg-type]
-    header = array_header(len(value))
-    return ListBytes(header + b"".join(parts), len(header), len(value), tuple(ends), prints,
-                     sum(len(p) for p in prints if p is not None))
-
-
-def _reuse(parts: list[bytes | memoryview], ends: list[int], pos: int, last: ListBytes,
-           start: int, stop: int) -> int:
-    """Append the bytes of `last`'s items `start:stop` (one slice); the new end position."""
-    assert last.ends is not None
-    lo = last.ends[start - 1] if start else 0
-    base = pos - lo
-    parts.append(memoryview(last.data)[last.head + lo:last.head + last.ends[stop - 1]])
-    ends.extend(e + base for e in last.ends[start:stop])
-    return last.ends[stop - 1] + base
-
-
 def _fingerprint(value: list[Any]) -> ListBytes | None:
     try:
         type_, data = _FINGERPRINT.dumps_typed(value)
@@ -209,22 +124,16 @@ def encode_list(
     if not _CONCATENATES:
         return BlobRow(channel, version, *dumps(serde, value, what)), None
     if type(serde) is JsonPlusSerializer:
-        listed = None
-        if isinstance(value, Encoded):
-            listed = value.listed if value.typed[0] == "msgpack" else None
-        else:
-            listed = list_encoding(serde, value, log.last(*key))
-        if listed is not None:
-            typed: Typed = ("msgpack", listed.data)
-        else:
-            typed = dumps(serde, value, what)
-            listed = list_bytes(typed[1]) if typed[0] == "msgpack" else None
+        typed = dumps(serde, value, what)
+        listed = list_bytes(typed[1]) if typed[0] == "msgpack" else None
     else:
         typed = dumps(serde, value, what)
         items: list[Any] = decoded(value)
         listed = _fingerprint(items)
     if listed is None:  # e.g. the pickle fallback
         return BlobRow(channel, version, *typed), None
+    if type(serde) is JsonPlusSerializer:
+        listed = _extend_copies(serde, listed, log.last(*key))
     plan = log.plan(*key, version, listed)
     if plan.base is None:
         return BlobRow(channel, version, *typed), plan
@@ -233,6 +142,42 @@ def encode_list(
     else:
         part = dumps(serde, items[plan.start:], what)
     return BlobRow(channel, version, *part, plan.base, full=lambda: typed), plan
+
+
+def _extend_copies(serde: SerializerProtocol, listed: ListBytes, last: ListBytes | None
+                   ) -> ListBytes:
+    """`listed` with copies of its items (see `ListBytes.copies`) when it extends `last`,
+    which has them: the new items are decoded from their bytes, as any reader decodes them."""
+    if (last is None or last.copies is None or last.copies_by is not serde
+            or not listed.starts_with(last)):
+        return listed
+    try:
+        tail = serde.loads_typed(("msgpack", listed.tail(last.count, len(last.data) - last.head)))
+        copies = last.copies + tuple(pickle.dumps(x, pickle.HIGHEST_PROTOCOL) for x in tail)
+    except Exception:  # something pickle cannot copy: such a list is decoded when read
+        return listed
+    return replace(listed, copies=copies, copies_by=serde)
+
+
+class ListCopies:
+    """What `resolve_blobs` may read from a process's memory instead of decoding: a list
+    channel whose stored bytes are exactly those this process last stored for it."""
+
+    def __init__(self, log: AppendLog, thread_id: str, ns: str) -> None:
+        self._log, self._thread_id, self._ns = log, thread_id, ns
+
+    def held(self, channel: str, version: str) -> ListBytes | None:
+        return self._log.stored_at(self._thread_id, self._ns, channel, version)
+
+    def keep(self, channel: str, held: ListBytes, serde: SerializerProtocol, items: list[Any]
+             ) -> None:
+        """Copies of `items`, just decoded from `held.data`, for the next read."""
+        try:
+            copies = tuple(pickle.dumps(x, pickle.HIGHEST_PROTOCOL) for x in items)
+        except Exception:
+            return
+        self._log.attach(self._thread_id, self._ns, channel,
+                         replace(held, copies=copies, copies_by=serde))
 
 
 def encode_header(serde: SerializerProtocol, checkpoint: Checkpoint) -> Typed:
@@ -281,12 +226,28 @@ def resolve_blobs(
     serde: SerializerProtocol,
     rows: Mapping[tuple[str, str], BlobRow],
     wanted: Mapping[str, str],
+    known: ListCopies | None = None,
 ) -> dict[str, Any]:
     """Channel values for `wanted` (channel -> version key), rebuilding append-deltas.
 
-    A wanted version with no row is an empty channel and is left out.
+    A wanted version with no row is an empty channel and is left out. `known`: lists this
+    process stored; a stored value whose bytes are exactly those is read as fresh copies of
+    items this process decoded from the same bytes, not decoded again.
     """
     memo: dict[tuple[str, str], Any] = {}
+
+    def copied(channel: str, vkey: str) -> Any:
+        held = known.held(channel, vkey) if known is not None else None
+        if held is None:
+            return _MISS
+        stored = _stored_list(rows, (channel, vkey))
+        if stored is None or stored.count != held.count or stored.data != held.data:
+            return _MISS
+        if held.copies is not None and held.copies_by is serde:
+            return [pickle.loads(c) for c in held.copies]
+        value = value_of((channel, vkey))
+        known.keep(channel, held, serde, value)  # type: ignore[union-attr]
+        return value
 
     def value_of(key: tuple[str, str], depth: int = 0) -> Any:
         if key in memo:
@@ -309,9 +270,32 @@ def resolve_blobs(
     out: dict[str, Any] = {}
     for channel, vkey in wanted.items():
         if (channel, vkey) in rows:
-            value = value_of((channel, vkey))
+            value = copied(channel, vkey)
+            if value is _MISS:
+                value = value_of((channel, vkey))
             out[channel] = list(value) if isinstance(value, list) else value
     return out
+
+
+def _stored_list(rows: Mapping[tuple[str, str], BlobRow], key: tuple[str, str]) -> ListBytes | None:
+    """The msgpack bytes of a stored list, its append-deltas joined, without decoding (None
+    if a row is not a msgpack list, or a base is missing)."""
+    bodies: list[bytes | memoryview] = []
+    count = 0
+    for _ in range(65):
+        row = rows.get(key)
+        if row is None or row.type != "msgpack":
+            return None
+        part = list_bytes(row.data)
+        if part is None:
+            return None
+        bodies.append(memoryview(part.data)[part.head:])
+        count += part.count
+        if row.base_version is None:
+            header = array_header(count)
+            return ListBytes(header + b"".join(reversed(bodies)), len(header), count)
+        key = (key[0], row.base_version)
+    return None
 
 
 def blob_keys(channel_versions: Mapping[str, Any]) -> dict[str, str]:

@@ -455,7 +455,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         upgrade: bool = True,
     ) -> CheckpointTuple:
         thread_id, ns, parent = row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id
-        values = codec.resolve_blobs(self.serde, blobs, to_read)
+        values = codec.resolve_blobs(self.serde, blobs, to_read,
+                                     codec.ListCopies(self._log, thread_id, ns))
         checkpoint = cast(Checkpoint, {**header, "id": row.checkpoint_id, "channel_values": values})
         tup = CheckpointTuple(
             config=make_config(thread_id, ns, row.checkpoint_id),

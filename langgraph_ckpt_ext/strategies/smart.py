@@ -410,8 +410,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
             if ch not in new_versions and hit is not None and hit[0] == vkey:
                 out[ch] = hit[1]
                 continue
-            last = hit[1].listed if hit is not None else None
-            out[ch] = enc = codec.encode(self.serde, value, f"channel {ch!r}", last)
+            out[ch] = enc = codec.encode(self.serde, value, f"channel {ch!r}")
             if vkey is not None:
                 self._remember_encoded(key, vkey, enc)
         return out
