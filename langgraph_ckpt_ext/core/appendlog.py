@@ -40,10 +40,11 @@ class ListBytes:
     data: bytes
     head: int  # length of the array header
     count: int  # items
-    # Each item as `copies_by` (a serializer) decodes `data`, pickled: a read of these very
-    # bytes unpickles fresh copies, several times faster than decoding them again.
+    # The first items as `copies_by` (a serializer) decodes `data`, pickled: a read of these
+    # very bytes unpickles fresh copies, several times faster than decoding them again.
     copies: tuple[bytes, ...] | None = None
     copies_by: object = None
+    copies_end: int = 0  # where, in the body, the items `copies` holds end (a prefix)
 
     @property
     def size(self) -> int:

@@ -133,7 +133,7 @@ def encode_list(
     if listed is None:  # e.g. the pickle fallback
         return BlobRow(channel, version, *typed), None
     if type(serde) is JsonPlusSerializer:
-        listed = _extend_copies(serde, listed, log.last(*key))
+        listed = _extend_copies(listed, log.last(*key))
     plan = log.plan(*key, version, listed)
     if plan.base is None:
         return BlobRow(channel, version, *typed), plan
@@ -144,19 +144,13 @@ def encode_list(
     return BlobRow(channel, version, *part, plan.base, full=lambda: typed), plan
 
 
-def _extend_copies(serde: SerializerProtocol, listed: ListBytes, last: ListBytes | None
-                   ) -> ListBytes:
-    """`listed` with copies of its items (see `ListBytes.copies`) when it extends `last`,
-    which has them: the new items are decoded from their bytes, as any reader decodes them."""
-    if (last is None or last.copies is None or last.copies_by is not serde
-            or not listed.starts_with(last)):
+def _extend_copies(listed: ListBytes, last: ListBytes | None) -> ListBytes:
+    """`listed` with the copies `last` holds of its first items (see `ListBytes.copies`),
+    when it extends `last`: the items added are decoded by the next read that needs them."""
+    if last is None or last.copies is None or not listed.starts_with(last):
         return listed
-    try:
-        tail = serde.loads_typed(("msgpack", listed.tail(last.count, len(last.data) - last.head)))
-        copies = last.copies + tuple(pickle.dumps(x, pickle.HIGHEST_PROTOCOL) for x in tail)
-    except Exception:  # something pickle cannot copy: such a list is decoded when read
-        return listed
-    return replace(listed, copies=copies, copies_by=serde)
+    return replace(listed, copies=last.copies, copies_by=last.copies_by,
+                   copies_end=last.copies_end)
 
 
 class ListCopies:
@@ -169,15 +163,23 @@ class ListCopies:
     def held(self, channel: str, version: str) -> ListBytes | None:
         return self._log.stored_at(self._thread_id, self._ns, channel, version)
 
-    def keep(self, channel: str, held: ListBytes, serde: SerializerProtocol, items: list[Any]
-             ) -> None:
-        """Copies of `items`, just decoded from `held.data`, for the next read."""
-        try:
-            copies = tuple(pickle.dumps(x, pickle.HIGHEST_PROTOCOL) for x in items)
-        except Exception:
-            return
-        self._log.attach(self._thread_id, self._ns, channel,
-                         replace(held, copies=copies, copies_by=serde))
+    def read(self, channel: str, held: ListBytes, serde: SerializerProtocol) -> list[Any]:
+        """The items of `held` (stored exactly so): fresh copies of those copied before, the
+        others decoded now (and copied for the next read)."""
+        done = held.copies if held.copies is not None and held.copies_by is serde else ()
+        start = held.copies_end if done else 0
+        items = [pickle.loads(c) for c in done]
+        if len(done) < held.count:
+            tail = loads(serde, ("msgpack", held.tail(len(done), start)), f"channel {channel!r}")
+            try:
+                made = tuple(pickle.dumps(x, pickle.HIGHEST_PROTOCOL) for x in tail)
+            except Exception:  # something pickle cannot copy: decoded at every read
+                return [*items, *tail]
+            self._log.attach(self._thread_id, self._ns, channel, replace(
+                held, copies=done + made, copies_by=serde,
+                copies_end=len(held.data) - held.head))
+            items += tail
+        return items
 
 
 def encode_header(serde: SerializerProtocol, checkpoint: Checkpoint) -> Typed:
@@ -243,11 +245,7 @@ def resolve_blobs(
         stored = _stored_list(rows, (channel, vkey))
         if stored is None or stored.count != held.count or stored.data != held.data:
             return _MISS
-        if held.copies is not None and held.copies_by is serde:
-            return [pickle.loads(c) for c in held.copies]
-        value = value_of((channel, vkey))
-        known.keep(channel, held, serde, value)  # type: ignore[union-attr]
-        return value
+        return known.read(channel, held, serde)  # type: ignore[union-attr]
 
     def value_of(key: tuple[str, str], depth: int = 0) -> Any:
         if key in memo:
