@@ -107,6 +107,37 @@ def diff_graph() -> StateGraph:
     return b
 
 
+class ToolState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    ran: list[str]
+
+
+def _agent(state: ToolState) -> dict[str, Any]:
+    if any(isinstance(m, ToolMessage) for m in state["messages"]):
+        return {"messages": [AIMessage("done", id="final")]}
+    call = {"name": "search", "args": {"query": "query"}, "id": "call-1"}
+    return {"messages": [AIMessage("", id="ai-1", tool_calls=[call])]}
+
+
+def _tools(state: ToolState) -> dict[str, Any]:
+    call = state["messages"][-1].tool_calls[0]  # type: ignore[union-attr]
+    query = call["args"]["query"]
+    return {"messages": [ToolMessage(f"results for {query}", tool_call_id=call["id"], id="tool-1")],
+            "ran": [*state.get("ran", []), query]}
+
+
+def approval_tools_graph() -> StateGraph:
+    b = StateGraph(ToolState)
+    b.add_node("agent", _agent)
+    b.add_node("tools", _tools)
+    b.add_edge(START, "agent")
+    b.add_conditional_edges(
+        "agent", lambda s: "tools" if s["messages"][-1].tool_calls else END)  # type: ignore[union-attr]
+    b.add_edge("tools", "agent")
+    return b
+
+
+
 def canon(v: Any) -> Any:
     """A value as plain data that keeps every type: equal canon, equal value and types."""
     if isinstance(v, BaseMessage | BaseModel):
@@ -172,8 +203,6 @@ def _serve(conn: Any, spec: tuple[str, str, dict[str, Any]]) -> None:
                 if what == "state":
                     conn.send(("ok", state_of(graph, config)))
                 else:  # a graph of the edit-before-approve test, run on from here
-                    from tests.test_stored_state import approval_tools_graph
-
                     g = approval_tools_graph().compile(checkpointer=saver,
                                                        interrupt_before=["tools"])
                     if what == "resume":

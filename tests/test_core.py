@@ -89,11 +89,11 @@ def test_append_log_is_bounded_in_bytes() -> None:
     for i in range(50):
         log.commit(f"t{i}", "", "m", log.plan(f"t{i}", "", "m", "1", _listed(["x" * 900])))
     kept = [k[0] for k in log._chains]
-    assert log._bytes <= 10_000 and kept == [f"t{i}" for i in range(50 - len(kept), 50)]
+    assert log._chains.total <= 10_000 and kept == [f"t{i}" for i in range(50 - len(kept), 50)]
     assert log.plan("t49", "", "m", "2", _listed(["x" * 900, "y"])).base == "1"
     assert log.plan("t0", "", "m", "2", _listed(["x" * 900, "y"])).base is None  # dropped
     log.forget()
-    assert log._bytes == 0 and not log._chains
+    assert log._chains.total == 0 and not log._chains
 
 
 def test_lists_serialized_once_per_put_and_byte_identical() -> None:
@@ -469,14 +469,20 @@ async def test_group_commit_isolates_a_failing_write(tmp_path: Path) -> None:
         await conn.close()
 
 
-def test_reads_decode_fresh_objects(tmp_path: Path) -> None:
-    """The process that wrote a thread reads what any other process would: values decoded from
-    storage, never the objects it was given or handed out before."""
+def _chatted(tmp_path: Path, turns: int) -> tuple[SQLiteCheckpointer, Any, dict[str, Any]]:
+    """A SQLite checkpointer, a chat graph on it, and the config of a thread of `turns` turns."""
     saver = SQLiteCheckpointer(tmp_path / "c.db")
     graph = chat_graph().compile(checkpointer=saver)
     config = {"configurable": {"thread_id": "c"}}
-    for i in range(3):
+    for i in range(turns):
         graph.invoke({"messages": [human(f"m{i}")]}, config)
+    return saver, graph, config
+
+
+def test_reads_decode_fresh_objects(tmp_path: Path) -> None:
+    """The process that wrote a thread reads what any other process would: values decoded from
+    storage, never the objects it was given or handed out before."""
+    saver, graph, config = _chatted(tmp_path, 3)
     first = graph.get_state(config).values["messages"]
     first[0].content = "changed by the caller"
     first.append(human("appended by the caller"))
@@ -549,13 +555,7 @@ def test_reads_of_stored_bytes_use_copies_never_stale_ones(tmp_path: Path) -> No
     changed in the database is decoded, as any other process would."""
     import sqlite3
 
-    from langgraph_ckpt_ext.core.rows import BlobRow
-
-    saver = SQLiteCheckpointer(tmp_path / "c.db")
-    graph = chat_graph().compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": "c"}}
-    for i in range(4):
-        graph.invoke({"messages": [human(f"m{i}")]}, config)
+    saver, graph, config = _chatted(tmp_path, 4)
     first = graph.get_state(config).values["messages"]
     decoded: list[Any] = []
     real = saver.serde.loads_typed
@@ -569,9 +569,7 @@ def test_reads_of_stored_bytes_use_copies_never_stale_ones(tmp_path: Path) -> No
     assert again == first and all(a is not b for a, b in zip(first, again, strict=True))
     assert not [t for t in decoded if b"m3" in t[1]]  # the messages were not decoded again
     # A stored row rewritten behind our back (same length): read as stored, not from memory.
-    rows = [BlobRow(*r) for r in saver._sync(saver._store._fetchall(
-        "SELECT channel, version, type, data, base_version FROM lgx_blobs "
-        "WHERE channel = 'messages'", ()))]
+    rows = [b for b in _blob_rows(saver, "c") if b.channel == "messages"]
     target = next(r for r in rows if b"echo: m3" in r.data)
     conn = sqlite3.connect(tmp_path / "c.db")
     conn.execute("UPDATE lgx_blobs SET data = ? WHERE channel = 'messages' AND version = ?",

@@ -18,19 +18,25 @@ import os
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
 
 from langgraph_ckpt_ext import ReplicatedCheckpointer, SmartCheckpointer
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 
 from .conftest import cleanup, make_saver
-from .diff_graphs import Reader, canon, diff_graph, diff_serde, random_op, state_of
+from .diff_graphs import (
+    Reader,
+    approval_tools_graph,
+    canon,
+    diff_graph,
+    diff_serde,
+    random_op,
+    state_of,
+)
 
 # variant -> seeds by default (the embedded default gets the most)
 VARIANTS = {
@@ -208,37 +214,6 @@ def test_state_read_anywhere_equals_langgraphs(setup: Setup) -> None:
 
 
 # -- edit before approve, read and resumed by another process ----------------------------------
-
-
-class ToolState(TypedDict):
-    messages: Annotated[list[AnyMessage], add_messages]
-    ran: list[str]
-
-
-def _agent(state: ToolState) -> dict[str, Any]:
-    if any(isinstance(m, ToolMessage) for m in state["messages"]):
-        return {"messages": [AIMessage("done", id="final")]}
-    call = {"name": "search", "args": {"query": "query"}, "id": "call-1"}
-    return {"messages": [AIMessage("", id="ai-1", tool_calls=[call])]}
-
-
-def _tools(state: ToolState) -> dict[str, Any]:
-    call = state["messages"][-1].tool_calls[0]  # type: ignore[union-attr]
-    query = call["args"]["query"]
-    return {"messages": [ToolMessage(f"results for {query}", tool_call_id=call["id"], id="tool-1")],
-            "ran": [*state.get("ran", []), query]}
-
-
-def approval_tools_graph() -> StateGraph:
-    b = StateGraph(ToolState)
-    b.add_node("agent", _agent)
-    b.add_node("tools", _tools)
-    b.add_edge(START, "agent")
-    b.add_conditional_edges(
-        "agent", lambda s: "tools" if s["messages"][-1].tool_calls else END)  # type: ignore[union-attr]
-    b.add_edge("tools", "agent")
-    return b
-
 
 EDIT_VARIANTS = ["memory", "sqlite", "postgres", "redis", "smart:sqlite",
                  "replicated:postgres+sqlite"]

@@ -18,17 +18,18 @@ item is rewritten about log2(K) times in all, and when the top level K is reache
 snapshot is written instead: a full value at least every K versions, and a read that touches at
 most log2(K) + 1 rows, whose bytes add up to the value's own size.
 
-Nothing read is ever served from this memory, and correctness never depends on it: a miss
-writes a full value, and a store writes a delta only if its base row still exists (falling
-back to the full value otherwise).
+Correctness never depends on this memory: a miss writes a full value, and a store writes a
+delta only if its base row still exists (falling back to the full value otherwise). A read may
+use it only through copies of items decoded from the very bytes stored (`ListBytes.copies`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+
+from .lru import SizedLRU
 
 _FULL = -1
 
@@ -119,21 +120,22 @@ class AppendLog:
         if snapshot_every < 2 or snapshot_every & (snapshot_every - 1):
             raise ValueError(f"snapshot_every must be a power of two >= 2, got {snapshot_every}")
         self.top_level = snapshot_every.bit_length() - 1
-        self.max_bytes = max_bytes
-        self._chains: OrderedDict[tuple[str, str, str], Chain] = OrderedDict()
-        self._bytes = 0
+        self._chains: SizedLRU[tuple[str, str, str], Chain] = SizedLRU(
+            max_bytes, lambda chain: chain.value.size)
         self._guard = threading.Lock()
+
+    def _chain(self, thread_id: str, ns: str, channel: str) -> Chain | None:
+        with self._guard:
+            return self._chains.get((thread_id, ns, channel))
 
     def last(self, thread_id: str, ns: str, channel: str) -> ListBytes | None:
         """The bytes of the list last stored for a channel, if remembered."""
-        with self._guard:
-            chain = self._chains.get((thread_id, ns, channel))
+        chain = self._chain(thread_id, ns, channel)
         return None if chain is None else chain.value
 
     def stored_at(self, thread_id: str, ns: str, channel: str, version: str) -> ListBytes | None:
         """The bytes of the list last stored for a channel, if that was at `version`."""
-        with self._guard:
-            chain = self._chains.get((thread_id, ns, channel))
+        chain = self._chain(thread_id, ns, channel)
         return chain.value if chain is not None and chain.segments[-1].version == version else None
 
     def attach(self, thread_id: str, ns: str, channel: str, value: ListBytes) -> None:
@@ -141,15 +143,12 @@ class AppendLog:
         key = (thread_id, ns, channel)
         with self._guard:
             chain = self._chains.get(key)
-            if chain is None or chain.value.data != value.data:
-                return
-            self._bytes += value.size - chain.value.size
-            self._chains[key] = Chain(value, chain.segments)
+            if chain is not None and chain.value.data == value.data:
+                self._chains.put(key, Chain(value, chain.segments))
 
     def plan(self, thread_id: str, ns: str, channel: str, version: str, value: ListBytes) -> Plan:
         """How to store a list value, given its bytes."""
-        with self._guard:
-            chain = self._chains.get((thread_id, ns, channel))
+        chain = self._chain(thread_id, ns, channel)
         # A version already in the chain (the same checkpoint put again, e.g. a retried
         # batch) would be a delta on itself: write it whole.
         if (chain is None or any(seg.version == version for seg in chain.segments)
@@ -186,29 +185,14 @@ class AppendLog:
         list, or not planned), whose chains no longer describe the last row."""
         with self._guard:
             for channel in dropped:
-                self._drop((thread_id, ns, channel))
+                self._chains.pop((thread_id, ns, channel))
             for channel, plan in plans.items():
                 chain = plan.chain
                 if channel in full:
                     chain = Chain(chain.value, (_Segment(chain.segments[-1].version, _FULL, 0, 0),))
-                key = (thread_id, ns, channel)
-                self._drop(key)
-                self._chains[key] = chain
-                self._bytes += chain.value.size
-            while self._bytes > self.max_bytes and self._chains:
-                self._drop(next(iter(self._chains)))
-
-    def _drop(self, key: tuple[str, str, str]) -> None:
-        chain = self._chains.pop(key, None)
-        if chain is not None:
-            self._bytes -= chain.value.size
+                self._chains.put((thread_id, ns, channel), chain)
 
     def forget(self, thread_id: str | None = None) -> None:
         """Drop what is remembered for one thread (or all): its rows may be gone."""
         with self._guard:
-            if thread_id is None:
-                self._chains.clear()
-                self._bytes = 0
-                return
-            for key in [k for k in self._chains if k[0] == thread_id]:
-                self._drop(key)
+            self._chains.drop_thread(thread_id)

@@ -22,6 +22,7 @@ from .rows import BlobRow, Typed, WriteRow
 from .versions import version_key
 
 _MISS: Any = object()
+_MAX_CHAIN = 64  # rows an append-delta chain may span before it counts as corrupt
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -121,26 +122,24 @@ def encode_list(
     delta's base may be gone when it is written, and the whole value must be the one of now).
     """
     channel = key[2]
+    typed = dumps(serde, value, what)
+    own = type(serde) is JsonPlusSerializer  # the stored bytes are LangGraph's msgpack
     if not _CONCATENATES:
-        return BlobRow(channel, version, *dumps(serde, value, what)), None
-    if type(serde) is JsonPlusSerializer:
-        typed = dumps(serde, value, what)
+        listed = None
+    elif own:
         listed = list_bytes(typed[1]) if typed[0] == "msgpack" else None
     else:
-        typed = dumps(serde, value, what)
         items: list[Any] = decoded(value)
         listed = _fingerprint(items)
     if listed is None:  # e.g. the pickle fallback
         return BlobRow(channel, version, *typed), None
-    if type(serde) is JsonPlusSerializer:
+    if own:
         listed = _extend_copies(listed, log.last(*key))
     plan = log.plan(*key, version, listed)
     if plan.base is None:
         return BlobRow(channel, version, *typed), plan
-    if type(serde) is JsonPlusSerializer:
-        part: Typed = ("msgpack", listed.tail(plan.start, plan.offset))
-    else:
-        part = dumps(serde, items[plan.start:], what)
+    part = (("msgpack", listed.tail(plan.start, plan.offset)) if own
+            else dumps(serde, items[plan.start:], what))
     return BlobRow(channel, version, *part, plan.base, full=lambda: typed), plan
 
 
@@ -253,7 +252,7 @@ def resolve_blobs(
         row = rows.get(key)
         if row is None:
             raise CorruptBlobError(f"append-delta base {key[1]!r} of channel {key[0]!r} is missing")
-        if depth > 64:
+        if depth > _MAX_CHAIN:
             raise CorruptBlobError(f"append-delta chain of channel {key[0]!r} is cyclic or too long")
         what = f"channel {key[0]!r} at version {key[1]!r}"
         part = loads(serde, (row.type, row.data), what)
@@ -280,7 +279,7 @@ def _stored_list(rows: Mapping[tuple[str, str], BlobRow], key: tuple[str, str]) 
     if a row is not a msgpack list, or a base is missing)."""
     bodies: list[bytes | memoryview] = []
     count = 0
-    for _ in range(65):
+    for _ in range(_MAX_CHAIN + 1):
         row = rows.get(key)
         if row is None or row.type != "msgpack":
             return None

@@ -431,8 +431,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         headers: dict[str, dict[str, Any]] = {}
         to_read: dict[str, str] = {}
 
-        # Every value is decoded from stored rows, in every process: nothing read is served
-        # from memory, so a caller changing what it got changes nothing of ours.
+        # Every value comes from the stored rows, in every process (see `_tuple`).
         def wanted(row: CheckpointRow) -> builtins.list[tuple[str, str]]:
             headers[row.checkpoint_id] = header = self._header(row)
             to_read.update(codec.blob_keys(header["channel_versions"]))
@@ -455,6 +454,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         upgrade: bool = True,
     ) -> CheckpointTuple:
         thread_id, ns, parent = row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id
+        # A list whose stored bytes are exactly those this process stored last may be read as
+        # fresh copies of its items decoded before (never objects held, never other bytes).
         values = codec.resolve_blobs(self.serde, blobs, to_read,
                                      codec.ListCopies(self._log, thread_id, ns))
         checkpoint = cast(Checkpoint, {**header, "id": row.checkpoint_id, "channel_values": values})

@@ -50,6 +50,7 @@ from ..core.config import (
 )
 from ..core.errors import InvalidConfigError
 from ..core.filters import matches, validate_filter
+from ..core.lru import SizedLRU
 from ..core.saver import StoreCheckpointer
 from ..core.versions import version_key
 from ..timetravel.history import next_nodes
@@ -152,54 +153,27 @@ class Metrics:
     last_error: BaseException | None = None
 
 
-def _size(value: Any, depth: int = 0) -> int:
-    """A cheap estimate of a value's serialized size: long lists and dicts are sampled (a
-    message list is in every checkpoint; walking it whole each time would cost more than
-    buffering saves)."""
-    if isinstance(value, str | bytes | bytearray):
-        return len(value) + 8
-    if depth > 4:
-        return 64
-    if isinstance(value, Mapping):
-        items = list(value.items())
-        return 16 + _sampled([_size(k, depth + 1) + _size(v, depth + 1)
-                              for k, v in _sample(items)], len(items))
-    if isinstance(value, list | tuple | set | frozenset):
-        seq = value if isinstance(value, list | tuple) else list(value)
-        return 16 + _sampled([_size(v, depth + 1) for v in _sample(seq)], len(seq))
-    content = getattr(value, "content", None)
-    if content is not None:
-        return 96 + _size(content, depth + 1)
-    return 32
-
-
 def _puts(items: Sequence[_Item]) -> int:
     return sum(isinstance(i, _Put) for i in items)
 
 
-def _sample(seq: Sequence[Any], n: int = 8) -> Sequence[Any]:
-    if len(seq) <= n:
-        return seq
-    step = len(seq) / n
-    return [seq[int(i * step)] for i in range(n)]
-
-
-def _sampled(sizes: list[int], total: int) -> int:
-    return 0 if not sizes else sum(sizes) * total // len(sizes)
-
-
-def _events(
-    item: _Item, plan_channels: frozenset[str], side_effect_tools: frozenset[str] | None,
-    writes: Sequence[tuple[str, Any]] = (),
-) -> set[str]:
-    """What happened at a put, or in `writes` (the values of a `_Writes` item, unencoded)."""
+def _put_events(metadata: CheckpointMetadata, checkpoint: Checkpoint) -> set[str]:
+    """What a put tells: an `update_state`, or the end of a run."""
     found: set[str] = set()
-    if isinstance(item, _Put):
-        if item.metadata.get("source") == "update":
-            found.add(policies.UPDATE)
-        if not next_nodes(item.checkpoint):
-            found.add(policies.END)
-        return found
+    if metadata.get("source") == "update":
+        found.add(policies.UPDATE)
+    if not next_nodes(checkpoint):
+        found.add(policies.END)
+    return found
+
+
+def _write_events(
+    writes: Sequence[tuple[str, Any]], plan_channels: frozenset[str],
+    side_effect_tools: frozenset[str] | None,
+) -> set[str]:
+    """What a task's writes tell (read from the values handed over, before they are kept
+    serialized): an interrupt, an error, a plan change, a tool call."""
+    found: set[str] = set()
     for channel, value in writes:
         if channel == _INTERRUPT:
             found.add(policies.INTERRUPT)
@@ -274,9 +248,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         self._takes_encoded = isinstance(inner, StoreCheckpointer)
         # (thread, ns, channel) -> (version key, encoded value) of the last value buffered:
         # a channel a checkpoint holds but did not write is not serialized again.
-        self._encoded: OrderedDict[tuple[str, str, str], tuple[str, codec.Encoded]] = (
-            OrderedDict())
-        self._encoded_bytes = 0
+        self._encoded: SizedLRU[tuple[str, str, str], tuple[str, codec.Encoded]] = SizedLRU(
+            max_bytes, lambda hit: len(hit[1].typed[1]))
         self.policy = policy or OnEvents()
         self.coalesce = coalesce
         self.max_checkpoints = max_checkpoints
@@ -391,7 +364,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
             dict(metadata),  # type: ignore[arg-type]
             dict(new_versions), size, time.monotonic(),
         )
-        item.events = _events(item, self.plan_channels, self.side_effect_tools)
+        item.events = _put_events(item.metadata, item.checkpoint)
         return item, make_config(thread_id, ns, str(checkpoint["id"]))
 
     def _freeze(
@@ -412,19 +385,9 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                 continue
             out[ch] = enc = codec.encode(self.serde, value, f"channel {ch!r}")
             if vkey is not None:
-                self._remember_encoded(key, vkey, enc)
+                with self._lock:
+                    self._encoded.put(key, (vkey, enc))
         return out
-
-    def _remember_encoded(self, key: tuple[str, str, str], vkey: str, enc: codec.Encoded) -> None:
-        with self._lock:
-            old = self._encoded.pop(key, None)
-            if old is not None:
-                self._encoded_bytes -= len(old[1].typed[1])
-            self._encoded[key] = (vkey, enc)
-            self._encoded_bytes += len(enc.typed[1])
-            while self._encoded_bytes > self.max_bytes and self._encoded:
-                _, (_, dropped) = self._encoded.popitem(last=False)
-                self._encoded_bytes -= len(dropped.typed[1])
 
     def _writes_item(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
@@ -437,7 +400,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         size = 64 + sum(len(v.typed[1]) for _, v in frozen)
         item = _Writes(thread_id, checkpoint_ns_of(config), checkpoint_id, config,
                        frozen, str(task_id), task_path, size, time.monotonic())
-        item.events = _events(item, self.plan_channels, self.side_effect_tools, writes)
+        item.events = _write_events(writes, self.plan_channels, self.side_effect_tools)
         return item
 
     # -- writing ----------------------------------------------------------------------------
@@ -908,8 +871,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                 st = self._threads.get(str(thread_id))
                 if st is None or not st.flights:
                     self._threads.pop(str(thread_id), None)
-                    for key in [k for k in self._encoded if k[0] == str(thread_id)]:
-                        self._encoded_bytes -= len(self._encoded.pop(key)[1].typed[1])
+                    self._encoded.drop_thread(str(thread_id))
                     return
             time.sleep(0.002)  # a flush is writing it: delete after it
 
