@@ -4,6 +4,7 @@ failures and metrics (the conformance suite and the graph scenarios run it too).
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -410,4 +411,46 @@ def test_a_checkpointer_that_cannot_carry_waits_for_the_batch_still_out() -> Non
 
     asyncio.run(main())
     assert _stored_plan(inner) == [("c2", [["b"]]), ("c1", [["a"]])]
+    smart.close()
+
+
+class PutGate(InMemorySaver):
+    """Holds each `put` until its gate opens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        self.entered.set()
+        self.gate.wait(10)
+        return super().put(*args, **kwargs)
+
+
+def test_writes_stored_before_their_checkpoint_stay_visible_while_it_is_written() -> None:
+    """An interrupt's writes may come (and be written) before their checkpoint. A read that
+    finds the checkpoint still being written serves those writes with it, even when the
+    checkpoint's write ends between the read's look at the buffer and its answer."""
+    inner = PutGate()
+    smart = SmartCheckpointer(inner, Periodic(3600))
+    conf = {"configurable": {"thread_id": "o", "checkpoint_ns": "", "checkpoint_id": "c1"}}
+    smart.put_writes(conf, [("__interrupt__", ["approve?"])], "task-1")
+    putter = threading.Thread(target=smart.put, args=(
+        {"configurable": {"thread_id": "o", "checkpoint_ns": ""}}, _checkpoint("c1"),
+        {"source": "loop", "step": 0}, {}))
+    putter.start()
+    assert inner.entered.wait(10)
+    snapshot = smart._snapshot
+
+    def settle_meanwhile(thread_id: str | None) -> Any:
+        items = snapshot(thread_id)
+        inner.gate.set()  # the checkpoint's write ends right after the read looked
+        putter.join(10)
+        return items
+
+    smart._snapshot = settle_meanwhile  # type: ignore[method-assign]
+    tup = smart.get_tuple(cfg("o"))
+    assert tup is not None and tup.checkpoint["id"] == "c1"
+    assert [(w[1], w[2]) for w in tup.pending_writes] == [("__interrupt__", ["approve?"])]
     smart.close()

@@ -727,16 +727,24 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
     # -- reading ----------------------------------------------------------------------------
 
     def _snapshot(self, thread_id: str | None) -> list[_Item]:
+        """The buffered items of a thread (or all), each checkpoint preceded by the writes
+        that were stored before it came: taken at one instant, so that a batch settling
+        meanwhile (which forgets those writes) cannot hide them from the read."""
         with self._lock:
             if thread_id is not None:
                 st = self._threads.get(thread_id)
-                return st.items() if st else []
-            return [i for st in self._threads.values() for i in st.items()]
+                items = st.items() if st else []
+            else:
+                items = [i for st in self._threads.values() for i in st.items()]
+            if not self._orphans:
+                return items
+            early: list[_Item] = []
+            for i in items:
+                if isinstance(i, _Put):
+                    early.extend(self._orphans.get((i.thread_id, i.ns, i.checkpoint_id), ()))
+            return [*early, *items]
 
     def _tuple_of(self, put: _Put, items: list[_Item]) -> CheckpointTuple:
-        with self._lock:
-            early = self._orphans.get((put.thread_id, put.ns, put.checkpoint_id), [])
-        items = [*early, *items]
         return CheckpointTuple(
             config=make_config(put.thread_id, put.ns, put.checkpoint_id),
             checkpoint=_decoded_checkpoint(put.checkpoint),
