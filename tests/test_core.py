@@ -18,6 +18,7 @@ from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
+from pydantic import BaseModel, PrivateAttr, model_serializer
 
 from langgraph_ckpt_ext import InMemoryCheckpointer, SQLiteCheckpointer, connect
 from langgraph_ckpt_ext.backends.sqlite.migrations import LATEST, MIGRATIONS
@@ -84,6 +85,53 @@ def test_append_plan_full_when_list_changes_otherwise() -> None:
     assert log.plan("other-thread", "", "m", "1", _listed(["a", "b", "c"])).base is None
 
 
+class Tagged(BaseModel):
+    """Serialized through a hook that reads a private attribute: not a plain model."""
+
+    text: str
+    _tag: str = PrivateAttr(default="a")
+
+    @model_serializer
+    def _dump(self) -> dict[str, Any]:
+        return {"text": self.text, "tag": self._tag}
+
+
+class Shout(str):
+    pass
+
+
+def test_item_marks_tell_every_change_that_alters_the_bytes() -> None:
+    """Two items share a mark only if they serialize alike: a change of type with the same
+    fields, a private attribute a model's serializer reads, a subclass of str, a change deep
+    inside, -0.0 against 0.0; then a list reusing the marked bytes is byte-identical."""
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from langgraph_ckpt_ext.core import codec
+
+    serde = JsonPlusSerializer()
+    mark = codec.item_mark
+    assert mark(AIMessage("x", id="1")) == mark(AIMessage("x", id="1"))
+    assert mark(AIMessage("x", id="1")) != mark(HumanMessage("x", id="1"))
+    tagged, retagged = Tagged(text="t"), Tagged(text="t")
+    retagged._tag = "b"
+    assert serde.dumps_typed(tagged) != serde.dumps_typed(retagged)
+    assert mark(tagged) != mark(retagged)
+    assert mark("x") != mark(Shout("x")) and mark(0.0) != mark(-0.0) and mark(1) != mark(True)
+    deep = {"a": [{"b": 1}]}
+    before = mark(deep)
+    deep["a"][0]["b"] = 2
+    assert mark(deep) != before
+    assert mark(lambda: 1) is None  # cannot be pickled: always serialized again
+
+    first = [AIMessage("x", id="1"), tagged, "x", 0.0, {"a": [{"b": 1}]}]
+    last = codec.encode_items(serde, first, None, "m")
+    assert last is not None and last.data == serde.dumps_typed(first)[1]
+    second = [HumanMessage("x", id="1"), retagged, Shout("x"), -0.0, deep, "new"]
+    again = codec.encode_items(serde, second, last, "m")
+    assert again is not None and again.data == serde.dumps_typed(second)[1]
+
+
 def test_append_log_is_bounded_in_bytes() -> None:
     log = AppendLog(max_bytes=10_000)
     for i in range(50):
@@ -96,11 +144,12 @@ def test_append_log_is_bounded_in_bytes() -> None:
     assert log._chains.total == 0 and not log._chains
 
 
-def test_lists_serialized_once_per_put_and_byte_identical() -> None:
-    """Each put serializes its list once (the whole value, as LangGraph's savers do: what is
-    stored is decided from bytes, not objects); every blob equals what the serializer itself
-    gives for that slice; an item changed in place makes the list stored whole; an item the
-    serializer cannot take as msgpack falls back to serializing the value whole."""
+def test_lists_serialized_item_by_item_and_byte_identical() -> None:
+    """Each put serializes only the items whose state changed since the list stored before
+    (decided from their pickled state, never from the objects); every blob equals what the
+    serializer itself gives for that slice; an item changed in place is serialized again and
+    the list stored whole; an item the serializer cannot take as msgpack falls back to
+    serializing the value whole."""
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     from langgraph_ckpt_ext.core import codec
@@ -133,10 +182,16 @@ def test_lists_serialized_once_per_put_and_byte_identical() -> None:
         if i > 0 and i % 8:
             assert row.base_version is not None
         log.commit("t", "", "m", plan)
-    # The very objects of the last put, one of them changed in place: stored whole.
+    # The very objects of the last put, two of them changed in place (one deep inside):
+    # those two and the new one serialized again, the list stored whole.
     value[10].content = "edited in place"
+    value[12].additional_kwargs["deep"] = {"k": [1]}
+    log.commit("t", "", "m", codec.encode_blobs(serde, log, "t", "", {"m": value}, {"m": 97.5})[1]["m"])
+    value[12].additional_kwargs["deep"]["k"].append(2)
     value = [*value, AIMessage(content="next", id="n")]
+    before = calls
     rows, plans = codec.encode_blobs(serde, log, "t", "", {"m": value}, {"m": 98.5})
+    assert calls - before == 2  # item 12 (changed again, deep inside) and the new one
     assert plans["m"].base is None and (rows[0].type, rows[0].data) == real(value)
     log.commit("t", "", "m", plans["m"])
     # A fork of an earlier state plus a new item: written whole.

@@ -33,6 +33,8 @@ from .lru import SizedLRU
 
 _FULL = -1
 
+Mark = tuple[type, bytes]
+
 
 @dataclass(frozen=True, slots=True)
 class ListBytes:
@@ -46,10 +48,18 @@ class ListBytes:
     copies: tuple[bytes, ...] | None = None
     copies_by: object = None
     copies_end: int = 0  # where, in the body, the items `copies` holds end (a prefix)
+    # Per item, what it was when serialized (see `codec.item_mark`; None: not comparable),
+    # and where its encoding ends in the body: an item of the next list with the same mark
+    # at the same place serializes to the same bytes.
+    marks: tuple[Mark | None, ...] | None = None
+    ends: tuple[int, ...] | None = None
 
     @property
     def size(self) -> int:
-        return len(self.data) + (sum(map(len, self.copies)) if self.copies else 0)
+        size = len(self.data) + (sum(map(len, self.copies)) if self.copies else 0)
+        if self.marks is not None:
+            size += sum(len(m[1]) for m in self.marks if m is not None) + 16 * len(self.marks)
+        return size
 
     def starts_with(self, other: ListBytes) -> bool:
         """Whether this list's items begin with all of `other`'s (byte for byte)."""

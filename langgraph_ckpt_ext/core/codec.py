@@ -15,8 +15,9 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from pydantic import BaseModel
 
-from .appendlog import AppendLog, ListBytes, Plan, array_header, list_bytes
+from .appendlog import AppendLog, ListBytes, Mark, Plan, array_header, list_bytes
 from .errors import CorruptBlobError, SerializationError
 from .rows import BlobRow, Typed, WriteRow
 from .versions import version_key
@@ -117,30 +118,114 @@ def encode_list(
     """A list value's row, as an append-delta when its bytes extend the last ones stored
     (`key`: thread, namespace, channel), and the plan to remember once it is stored.
 
-    With LangGraph's own serializer the list is serialized once, and a delta is a slice of
-    those very bytes. Any other serializer serializes the whole value and the new items (a
-    delta's base may be gone when it is written, and the whole value must be the one of now).
+    With LangGraph's own serializer the list is serialized item by item, reusing the bytes of
+    the items unchanged since the last list stored (`encode_items`), and a delta is a slice of
+    those bytes. Any other serializer serializes the whole value and the new items (a delta's
+    base may be gone when it is written, and the whole value must be the one of now).
     """
     channel = key[2]
-    typed = dumps(serde, value, what)
     own = type(serde) is JsonPlusSerializer  # the stored bytes are LangGraph's msgpack
-    if not _CONCATENATES:
-        listed = None
-    elif own:
-        listed = list_bytes(typed[1]) if typed[0] == "msgpack" else None
+    last = log.last(*key)
+    listed = None
+    if own and _CONCATENATES and type(value) is list:
+        listed = encode_items(serde, value, last, what)
+    if listed is not None:
+        typed: Typed = ("msgpack", listed.data)
     else:
-        items: list[Any] = decoded(value)
-        listed = _fingerprint(items)
+        typed = dumps(serde, value, what)
+        if _CONCATENATES and own:
+            listed = list_bytes(typed[1]) if typed[0] == "msgpack" else None
+        elif _CONCATENATES:
+            items: list[Any] = decoded(value)
+            listed = _fingerprint(items)
     if listed is None:  # e.g. the pickle fallback
         return BlobRow(channel, version, *typed), None
     if own:
-        listed = _extend_copies(listed, log.last(*key))
+        listed = _extend_copies(listed, last)
     plan = log.plan(*key, version, listed)
     if plan.base is None:
         return BlobRow(channel, version, *typed), plan
     part = (("msgpack", listed.tail(plan.start, plan.offset)) if own
             else dumps(serde, items[plan.start:], what))
     return BlobRow(channel, version, *part, plan.base, full=lambda: typed), plan
+
+
+def item_mark(item: Any) -> Mark | None:
+    """What an item is, to tell whether it changed since it was serialized: its type and the
+    state its serialization depends on, pickled. Two items with the same mark serialize to the
+    same bytes, whichever objects they are. None: it cannot be pickled.
+
+    A pydantic model's state is its fields and extra fields when its class serializes them
+    the standard way (`_plain_model`: LangChain's messages do); otherwise, all of it (fields
+    set and private attributes too). Anything else is pickled as it is."""
+    try:
+        if isinstance(item, BaseModel):  # its own state, without pydantic's pickling hooks
+            state: Any = (item.__dict__, item.__pydantic_extra__)
+            plain = _PLAIN.get(type(item))
+            if plain is None:
+                plain = _PLAIN[type(item)] = _plain_model(type(item))
+            if not plain:
+                state += (item.__pydantic_fields_set__, item.__pydantic_private__)
+        else:
+            state = item
+        return type(item), pickle.dumps(state, pickle.HIGHEST_PROTOCOL)
+    except Exception:
+        return None
+
+
+_PLAIN: dict[type, bool] = {}
+
+
+def _plain_model(cls: type[BaseModel]) -> bool:
+    """Whether `model_dump()` of a `cls` depends on its fields and extra fields alone: no
+    override, no custom or computed serializers, no private attributes."""
+    hooks = cls.__pydantic_decorators__
+    return (cls.model_dump is BaseModel.model_dump and not cls.__private_attributes__
+            and not hooks.model_serializers and not hooks.field_serializers
+            and not hooks.computed_fields)
+
+
+def encode_items(
+    serde: SerializerProtocol, value: list[Any], last: ListBytes | None, what: str
+) -> ListBytes | None:
+    """`value` serialized by LangGraph's own serializer item by item: an item whose mark
+    (see `item_mark`) equals the mark of the item at its place in `last` takes that item's
+    bytes; any other is serialized. The bytes are those of `serde.dumps_typed(value)`
+    (msgpack concatenates). None: an item is not msgpack (e.g. the pickle fallback)."""
+    before: Sequence[Mark | None] = ()
+    old_ends: Sequence[int] = ()
+    body = memoryview(b"")
+    if last is not None and last.marks is not None and last.ends is not None:
+        before, old_ends = last.marks, last.ends
+        body = memoryview(last.data)[last.head:]
+    parts: list[bytes | memoryview] = []
+    marks: list[Mark | None] = []
+    ends: list[int] = []
+    end = 0
+    run = -1  # first item of the current run of items taken from `last`, if any
+    for i, item in enumerate(value):
+        mark = item_mark(item)
+        marks.append(mark)
+        if mark is not None and i < len(before) and before[i] == mark:
+            if run < 0:
+                run = i
+            end += old_ends[i] - (old_ends[i - 1] if i else 0)
+            ends.append(end)
+            continue
+        if run >= 0:  # items run..i-1 are one slice of the old body
+            parts.append(body[old_ends[run - 1] if run else 0:old_ends[i - 1]])
+            run = -1
+        type_, data = dumps(serde, [item], what)
+        if type_ != "msgpack" or data[:1] != b"\x91":
+            return None
+        parts.append(memoryview(data)[1:])
+        end += len(data) - 1
+        ends.append(end)
+    if run >= 0:
+        parts.append(body[old_ends[run - 1] if run else 0:old_ends[len(value) - 1]])
+    header = array_header(len(value))
+    return ListBytes(header + b"".join(parts), len(header), len(value),
+                     marks=tuple(marks), ends=tuple(ends))
 
 
 def _extend_copies(listed: ListBytes, last: ListBytes | None) -> ListBytes:
