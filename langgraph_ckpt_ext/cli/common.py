@@ -15,6 +15,7 @@ from ..core.errors import (
     CheckpointNotFoundError,
     InvalidConfigError,
     InvalidFilterError,
+    StoreBusyError,
     StoreUnavailableError,
     ThreadExistsError,
 )
@@ -35,6 +36,10 @@ UNAVAILABLE = 5
 """The store cannot be used: server unreachable, wrong URL, no checkpoint store there."""
 VERIFY_FAILED = 6
 """A verification found a problem (audit chain, copy check)."""
+BUSY = 7
+"""A thread was being written the whole time a maintenance command tried (prune): retry."""
+DAMAGED = 8
+"""A store-wide command went on past damaged threads (each reported) and finished."""
 
 ENV_URL = "LGCKPT_URL"
 URL_HELP = (
@@ -67,6 +72,8 @@ def exit_code(exc: BaseException) -> int | None:
         return NOT_FOUND
     if isinstance(exc, StoreUnavailableError):
         return UNAVAILABLE
+    if isinstance(exc, StoreBusyError):
+        return BUSY
     if isinstance(exc, InvalidConfigError | InvalidFilterError):
         return USAGE
     if isinstance(exc, CheckpointerError):

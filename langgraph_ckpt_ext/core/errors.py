@@ -53,6 +53,11 @@ class StoreUnavailableError(CheckpointerError, ConnectionError):
     """The database server could not be reached after retrying; nothing was half-written."""
 
 
+class StoreBusyError(CheckpointerError):
+    """A maintenance operation (prune, delete, GC) found the thread being written the whole
+    time it tried: nothing was changed; retry later."""
+
+
 class ReplicationError(CheckpointerError):
     """A write could not be replicated as the `ReplicatedCheckpointer`'s consistency asks."""
 
