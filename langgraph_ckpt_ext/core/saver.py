@@ -8,6 +8,7 @@ sync twins, which all go through one bridge.
 from __future__ import annotations
 
 import builtins
+import copy
 from collections import OrderedDict, defaultdict
 from collections.abc import (
     AsyncIterator,
@@ -35,6 +36,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ..timetravel.methods import TimeTravel
@@ -88,12 +90,82 @@ def strict_serde() -> SerializerProtocol:
     return JsonPlusSerializer(allowed_msgpack_modules=_OWN_TYPES)
 
 
+def loading_serde(
+    serde: SerializerProtocol | None, *, unsafe_allow_any_class: bool = False
+) -> SerializerProtocol:
+    """The serializer a checkpointer stores and loads with: `serde` (default `strict_serde()`)
+    made strict, whatever it was built with.
+
+    A `JsonPlusSerializer` (or subclass), alone or inside `EncryptedSerializer`s, is replaced
+    by a copy whose stored bytes may construct only LangGraph's safe types, the typed parts of
+    our `AgentState`, the classes of its own explicit `allowed_msgpack_modules` and
+    `allowed_json_modules`, and those LangGraph adds for the graph's state schema. Without
+    this, LangGraph's `JsonPlusSerializer()` constructs any class a stored row names (unless
+    `LANGGRAPH_STRICT_MSGPACK` is set), and an `EncryptedSerializer` hands it rows stored
+    without encryption. Refused with `InvalidConfigError`, as no allowlist makes them safe:
+    `pickle_fallback=True` (a stored pickle runs any code), a custom `__unpack_ext_hook__`,
+    and serializers of other kinds (what they build from stored bytes is theirs to decide).
+
+    `unsafe_allow_any_class=True` takes `serde` as it is: whoever can write to the storage may
+    then run code in this process, as LangGraph's savers allow by default.
+    """
+    if serde is None:
+        return strict_serde()
+    return serde if unsafe_allow_any_class else _strict(serde)
+
+
+def _strict(serde: SerializerProtocol) -> SerializerProtocol:
+    if isinstance(serde, EncryptedSerializer):
+        inner = _strict(serde.serde)
+        if inner is serde.serde:
+            return serde
+        clone = copy.copy(serde)  # the caller's serializer is theirs: never changed
+        clone.serde = inner
+        return clone
+    if isinstance(serde, JsonPlusSerializer):
+        return _strict_jsonplus(serde)
+    raise _cannot_be_strict(f"a {type(serde).__name__}: only LangGraph's JsonPlusSerializer, or "
+                            "an EncryptedSerializer over one, is made strict here")
+
+
+def _cannot_be_strict(what: str) -> InvalidConfigError:
+    return InvalidConfigError(
+        f"serde is {what}; loading could construct any class a stored row names. Pass "
+        "unsafe_allow_any_class=True to use it anyway, trusting whoever can write to the storage"
+    )
+
+
+def _strict_jsonplus(serde: JsonPlusSerializer) -> JsonPlusSerializer:
+    """`serde`, or a copy of it, loading only allowlisted classes (its own list kept)."""
+    if serde.pickle_fallback:
+        raise _cannot_be_strict("JsonPlusSerializer(pickle_fallback=True): a stored pickle runs "
+                                "any code")
+    if getattr(serde, "_custom_unpack_ext_hook", False):
+        raise _cannot_be_strict("a JsonPlusSerializer with its own __unpack_ext_hook__")
+    # LangGraph's private settings, read only: its constructor sets the copy's below.
+    msgpack = getattr(serde, "_allowed_msgpack_modules", True)
+    json_modules = getattr(serde, "_allowed_json_modules", True)
+    allowed = {*_OWN_TYPES, *(msgpack if isinstance(msgpack, (set, frozenset)) else ())}
+    if msgpack is not True and json_modules is not True and msgpack == allowed:
+        return serde  # strict already (ours, or made so before)
+    clone = copy.copy(serde)
+    JsonPlusSerializer.__init__(
+        clone,
+        allowed_json_modules=json_modules if isinstance(json_modules, (set, frozenset)) else None,
+        allowed_msgpack_modules=sorted(allowed),
+    )
+    return clone
+
+
 class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     """A checkpointer over a `Store`; one object serves sync and async graph calls.
 
     Args:
         store: the backend's row storage.
-        serde: serializer for every stored value (default: strict `JsonPlusSerializer`).
+        serde: serializer for every stored value (default: strict `JsonPlusSerializer`);
+            its loading is made strict too (see `loading_serde`).
+        unsafe_allow_any_class: take `serde` as given, even if stored bytes may construct any
+            class through it (whoever can write to the storage can then run code here).
         snapshot_every: a list channel grown by appending is stored as deltas, with a full
             value at least every `snapshot_every` versions (a power of two).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): checkpoints
@@ -113,8 +185,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         bridge: Bridge | None = None,
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
+        unsafe_allow_any_class: bool = False,
     ) -> None:
-        super().__init__(serde=serde or strict_serde())
+        super().__init__(serde=loading_serde(serde, unsafe_allow_any_class=unsafe_allow_any_class))
         self.schema_chain = schema_chain
         self._auditor: Auditor | None = None
         if audit:  # imported here: the time-travel package imports this module

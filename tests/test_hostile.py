@@ -1,0 +1,180 @@
+"""Hostile storage and odd ids (issue 16): rows altered behind the checkpointer's back never run
+code nor hang a walk, and an id no backend can hold is refused before anything is written."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import ormsgpack
+import pytest
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.serde.base import CipherProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from langgraph_ckpt_ext import InvalidConfigError
+from langgraph_ckpt_ext.core.saver import StoreCheckpointer
+from langgraph_ckpt_ext.core.versions import version_key
+
+from .conftest import cleanup, conf, make_saver
+from .test_audit import Raw
+
+
+def within(seconds: float, fn: Callable[[], Any]) -> Any:
+    """`fn()`, failing the test if it has not returned after `seconds` (a hang is a failure,
+    not a stuck suite: the thread is a daemon)."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:
+            out["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"still running after {seconds} s: a walk that never ends"
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+@pytest.fixture
+def savers(backend: str, tmp_path: Path) -> Iterator[Callable[..., StoreCheckpointer]]:
+    """Checkpointers of this test's backend, with options; all closed and dropped after."""
+    made: list[StoreCheckpointer] = []
+
+    def make(**options: Any) -> StoreCheckpointer:
+        made.append(make_saver(backend, tmp_path, **options))
+        return made[-1]
+
+    yield make
+    for cp in made:
+        cp.close()
+        cleanup(backend, cp)
+
+
+def _checkpoint(cid: str, values: dict[str, Any], version: Any) -> Any:
+    cp = empty_checkpoint()
+    cp["id"] = cid
+    cp["channel_values"] = values
+    cp["channel_versions"] = dict.fromkeys(values, version)
+    return cp
+
+
+# -- item 2: whatever serializer is given, stored bytes construct no class outside the allowlist
+
+
+class Marker:
+    """Constructed only where stored bytes may construct any class: it leaves a file behind."""
+
+    def __init__(self, path: str) -> None:
+        Path(path).write_text("constructed")
+
+
+class XorCipher(CipherProtocol):
+    """A stand-in for AES (neither pycryptodome nor cryptography is installed here)."""
+
+    def encrypt(self, plaintext: bytes) -> tuple[str, bytes]:
+        return "xor", bytes(b ^ 0x5A for b in plaintext)
+
+    def decrypt(self, ciphername: str, ciphertext: bytes) -> bytes:
+        assert ciphername == "xor"
+        return bytes(b ^ 0x5A for b in ciphertext)
+
+
+def _msgpack_marker(path: Path) -> bytes:
+    """What an attacker with write access to the store plants: a list holding LangGraph's
+    "construct module.name(arg)" extension (code 0), naming `Marker`."""
+    return ormsgpack.packb([ormsgpack.Ext(0, ormsgpack.packb([__name__, "Marker", str(path)]))])
+
+
+def _json_marker(path: Path) -> bytes:
+    """The same in LangGraph's older JSON format (an `lc: 2` constructor)."""
+    return json.dumps({"lc": 2, "type": "constructor", "id": [*__name__.split("."), "Marker"],
+                       "args": [str(path)]}).encode()
+
+
+_XOR = XorCipher()
+SERIALIZERS: dict[str, tuple[Callable[[], Any], Callable[[Path], tuple[str, bytes]]]] = {
+    # LangGraph's default serializer (LANGGRAPH_STRICT_MSGPACK unset: any class)
+    "jsonplus": (JsonPlusSerializer, lambda p: ("msgpack", _msgpack_marker(p))),
+    # encrypted rows, for whoever holds the key too
+    "encrypted": (lambda: EncryptedSerializer(_XOR),
+                  lambda p: ("msgpack+xor", _XOR.encrypt(_msgpack_marker(p))[1])),
+    # an EncryptedSerializer loads a row stored without encryption: no key needed to plant it
+    "encrypted-plain-row": (lambda: EncryptedSerializer(_XOR),
+                            lambda p: ("msgpack", _msgpack_marker(p))),
+    "json-any-module": (lambda: JsonPlusSerializer(allowed_json_modules=True),
+                        lambda p: ("json", _json_marker(p))),
+}
+
+
+@pytest.mark.parametrize("kind", list(SERIALIZERS))
+def test_planted_class_is_not_constructed_whatever_serializer_is_given(
+    savers: Callable[..., StoreCheckpointer], backend: str, tmp_path: Path, kind: str
+) -> None:
+    make_serde, plant = SERIALIZERS[kind]
+    for unsafe in (False, True):  # True: the control, showing what was planted does run
+        marker = tmp_path / f"constructed-{unsafe}"
+        cp = savers(serde=make_serde(), unsafe_allow_any_class=unsafe)
+        thread = f"evil-{unsafe}"
+        version = cp.get_next_version(None)
+        stored = cp.put(conf(thread), _checkpoint("c1", {"v": {"a": 1}}, version), {},
+                        {"v": version})
+        raw = Raw(backend, cp)
+        try:
+            raw.set_blob(thread, "v", version_key(version), plant(marker))
+        finally:
+            raw.close()
+        cp._log.forget(thread)  # read as a process that did not write the value would
+        value = cp.get_tuple(stored).checkpoint["channel_values"]["v"]  # type: ignore[union-attr]
+        built = [v for v in (value if isinstance(value, list) else [value])
+                 if isinstance(v, Marker)]
+        assert (bool(built), marker.exists()) == (unsafe, unsafe), kind
+
+
+class _OwnFormat:
+    """A serializer of another kind: this checkpointer cannot tell what it builds."""
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        return "own", json.dumps(obj).encode()
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        return json.loads(data[1])
+
+
+REFUSED: dict[str, Callable[[], Any]] = {
+    "pickle-fallback": lambda: JsonPlusSerializer(pickle_fallback=True),
+    "other-kind": _OwnFormat,
+    "encrypted-other-kind": lambda: EncryptedSerializer(_XOR, _OwnFormat()),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("kind", list(REFUSED))
+def test_serializer_that_cannot_be_made_strict_needs_the_opt_out(
+    savers: Callable[..., StoreCheckpointer], kind: str
+) -> None:
+    with pytest.raises(InvalidConfigError, match="unsafe_allow_any_class=True"):
+        savers(serde=REFUSED[kind]())
+    cp = savers(serde=REFUSED[kind](), unsafe_allow_any_class=True)
+    stored = cp.put(conf("t"), _checkpoint("c1", {"v": [1, 2]}, 1), {}, {"v": 1})
+    assert cp.get_tuple(stored).checkpoint["channel_values"]["v"] == [1, 2]  # type: ignore[union-attr]
+
+
+def test_given_serializer_is_copied_not_changed() -> None:
+    """The caller's serializer is left as it was; an explicit allowlist is kept, with ours."""
+    from langgraph_ckpt_ext import InMemoryCheckpointer
+
+    given = EncryptedSerializer(_XOR, JsonPlusSerializer(allowed_msgpack_modules=[(__name__, "P")]))
+    cp = InMemoryCheckpointer(serde=given)
+    inner = cp.serde.serde  # type: ignore[attr-defined]
+    assert inner is not given.serde and given.serde._allowed_msgpack_modules == {(__name__, "P")}
+    assert (__name__, "P") in inner._allowed_msgpack_modules
+    assert ("langgraph_ckpt_ext.state", "PlanStep") in inner._allowed_msgpack_modules
+    assert InMemoryCheckpointer(serde=cp.serde).serde is cp.serde  # strict already: as is
