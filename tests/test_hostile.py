@@ -4,8 +4,10 @@ code nor hang a walk, and an id no backend can hold is refused before anything i
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +18,10 @@ from langgraph.checkpoint.serde.base import CipherProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from langgraph_ckpt_ext import InvalidConfigError
+from langgraph_ckpt_ext import CorruptBlobError, InvalidConfigError
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.core.versions import version_key
+from langgraph_ckpt_ext.timetravel import fork, replay
 
 from .conftest import cleanup, conf, make_saver
 from .test_audit import Raw
@@ -178,3 +181,69 @@ def test_given_serializer_is_copied_not_changed() -> None:
     assert (__name__, "P") in inner._allowed_msgpack_modules
     assert ("langgraph_ckpt_ext.state", "PlanStep") in inner._allowed_msgpack_modules
     assert InMemoryCheckpointer(serde=cp.serde).serde is cp.serde  # strict already: as is
+
+
+# -- item 6: a parent link pointing at a descendant ends every walk with an error
+
+
+class _Tamper(Raw):
+    def set_parent(self, thread: str, cid: str, parent: str) -> None:
+        """Point a stored checkpoint's parent link elsewhere (namespace "")."""
+        if self.backend == "memory":
+            rows = self.cp._store.checkpoints[(thread, "")]  # type: ignore[attr-defined]
+            rows[cid] = replace(rows[cid], parent_checkpoint_id=parent)
+        elif self.backend.startswith("sqlite"):
+            self._sqlite(lambda c: c.execute(
+                "UPDATE lgx_checkpoints SET parent_checkpoint_id = ? WHERE thread_id = ? AND "
+                "checkpoint_ns = '' AND checkpoint_id = ?", (parent, thread, cid)))
+        elif self.backend == "postgres":
+            self._pg(lambda c: c.execute(
+                "UPDATE lgx_checkpoints SET parent_checkpoint_id = $1 WHERE thread_id = $2 AND "
+                "checkpoint_ns = '' AND checkpoint_id = $3", parent, thread, cid))
+        else:  # the row starts with `parent \0`
+            client, keys = self._redis(thread)
+            field = f"\0{cid}".encode()
+            rest = client.hget(keys["cp"], field).split(b"\0", 1)[1]
+            client.hset(keys["cp"], field, parent.encode() + b"\0" + rest)
+
+
+def test_parent_cycle_ends_every_walk(savers: Callable[..., StoreCheckpointer], backend: str) -> None:
+    cp = savers()
+    config: dict[str, Any] = conf("loop")
+    cp.put(config, _checkpoint("c0", {"v": 0}, 1), {}, {"v": 1})  # a root of its own
+    for i in (1, 2, 3):  # c1 <- c2 <- c3
+        md = {"counters_since_delta_snapshot": {"ghost": i}} if i == 3 else {}
+        config = cp.put(config if i > 1 else conf("loop"),
+                        _checkpoint(f"c{i}", {"v": i}, i + 1), md, {"v": i + 1})  # type: ignore[arg-type]
+    raw = _Tamper(backend, cp)
+    try:
+        raw.set_parent("loop", "c1", "c3")  # c1's parent is now its own descendant
+    finally:
+        raw.close()
+    cycle = re.compile(r"cycle: c\d -> c\d -> c\d -> c\d")
+    with pytest.raises(CorruptBlobError, match=cycle):
+        within(20, lambda: cp.get_delta_channel_history(config=conf("loop", "c3"),
+                                                        channels=["ghost"]))
+    with pytest.raises(CorruptBlobError, match=cycle):
+        within(20, lambda: fork(cp, conf("loop", "c3"), "forked"))
+    assert cp.get_tuple(conf("forked")) is None  # nothing of the fork left behind
+    with pytest.raises(CorruptBlobError, match=cycle):
+        within(20, lambda: replay(cp, conf("loop", "c0"), conf("loop", "c3")))
+    with pytest.raises(CorruptBlobError, match=cycle):
+        within(20, lambda: cp.prune(["loop"]))  # keep_latest walks back for "ghost"
+    # history lists rows in id order (no walk): all four, promptly
+    assert [e.checkpoint_id for e in within(20, lambda: list(cp.history("loop")))] == [
+        "c3", "c2", "c1", "c0"]
+
+
+def test_absurdly_long_chain_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from langgraph_ckpt_ext import InMemoryCheckpointer
+    from langgraph_ckpt_ext.core import chain
+
+    cp = InMemoryCheckpointer()
+    config: Any = conf("long")
+    for i in range(5):
+        config = cp.put(config, _checkpoint(f"c{i}", {"v": i}, i + 1), {}, {"v": i + 1})
+    monkeypatch.setattr(chain, "MAX_CHAIN", 3)
+    with pytest.raises(CorruptBlobError, match="runs past 3 checkpoints"):
+        fork(cp, config, "forked")

@@ -43,6 +43,7 @@ from ..timetravel.methods import TimeTravel
 from . import codec
 from .appendlog import AppendLog, Plan
 from .bridge import Bridge, iterate_inline, run_inline
+from .chain import ParentWalk
 from .config import (
     checkpoint_id_of,
     checkpoint_ns_of,
@@ -664,6 +665,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             return {}
         thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
         target = await self._store.read_checkpoint(thread_id, ns, checkpoint_id_of(config))
+        walk = ParentWalk(thread_id, ns)  # a tampered parent link must not loop forever
+        if target is not None:
+            walk.visit(target.checkpoint_id)
         remaining = set(channels)
         seeds: dict[str, Any] = {}
         collected: builtins.list[builtins.list[PendingWrite]] = []  # per ancestor, nearest first
@@ -681,6 +685,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             for row, vers in zip(batch, versions, strict=False):
                 if not remaining:
                     break
+                walk.visit(row.checkpoint_id)
                 mine = [w for w in writes.get(row.checkpoint_id, []) if w.channel in remaining]
                 collected.append(codec.decode_writes(self.serde, mine))
                 stored = {ch: vers[ch] for ch in remaining if (ch, vers.get(ch)) in blobs}
@@ -781,7 +786,10 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         counters = self._metadata(by_id[latest]).get("counters_since_delta_snapshot") or {}
         needed = set(counters)
         cursor = by_id[latest].parent_checkpoint_id
+        walk = ParentWalk(thread_id, ns)  # a tampered parent link must not loop forever
+        walk.visit(latest)
         while needed and cursor is not None and cursor in by_id:
+            walk.visit(cursor)
             keep.add(cursor)
             versions = codec.blob_keys(self._header(by_id[cursor])["channel_versions"])
             keys = {(ch, versions[ch]) for ch in needed if ch in versions}

@@ -26,6 +26,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
+from ..core.chain import ParentWalk
 from ..core.errors import InvalidConfigError
 from ._base import (
     ThreadExistsError,
@@ -41,10 +42,14 @@ from ._base import (
 async def _chain(saver: BaseCheckpointSaver[Any], head: CheckpointTuple) -> list[CheckpointTuple]:
     """`head` and its ancestors, oldest first."""
     chain = [head]
+    thread_id, ns, _ = ids_of(head.config)
+    walk = ParentWalk(thread_id, ns)  # a tampered parent link must not loop forever
+    walk.visit(head.checkpoint["id"])
     while chain[-1].parent_config is not None:
         parent = await saver.aget_tuple(chain[-1].parent_config)
         if parent is None:
             break  # the history was pruned below here: the copy starts at the oldest kept
+        walk.visit(parent.checkpoint["id"])
         chain.append(parent)
     chain.reverse()
     return chain
