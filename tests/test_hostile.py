@@ -3,8 +3,11 @@ code nor hang a walk, and an id no backend can hold is refused before anything i
 
 from __future__ import annotations
 
+import copy
 import json
+import random
 import re
+import string
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -23,7 +26,7 @@ from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.core.versions import version_key
 from langgraph_ckpt_ext.timetravel import fork, replay
 
-from .conftest import cleanup, conf, make_saver
+from .conftest import cleanup, conf, make_saver, redis_client_for
 from .test_audit import Raw
 
 
@@ -247,3 +250,177 @@ def test_absurdly_long_chain_is_refused(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(chain, "MAX_CHAIN", 3)
     with pytest.raises(CorruptBlobError, match="runs past 3 checkpoints"):
         fork(cp, config, "forked")
+
+
+# -- items 8 and 9: one rule for ids, checked before any I/O
+
+
+ODD = {
+    "surrogate": "a\ud800b",
+    "nul": "a\0b",
+    "bytes": "é" * 257,  # 257 characters, 514 bytes
+    "huge": "x" * (10 << 20),
+}
+
+
+def _snapshot(backend: str, cp: StoreCheckpointer) -> Any:
+    """Everything stored, read around the checkpointer."""
+    raw = Raw(backend, cp)
+    try:
+        if backend == "memory":
+            s: Any = cp._store
+            return copy.deepcopy([{k: v for k, v in d.items() if v}
+                                  for d in (s.checkpoints, s.blobs, s.writes, s.migrations)])
+        tables = ("lgx_checkpoints", "lgx_blobs", "lgx_writes")
+        if backend.startswith("sqlite"):
+            return raw._sqlite(lambda c: [sorted(c.execute(f"SELECT * FROM {t}").fetchall())
+                                          for t in tables])
+
+        if backend == "postgres":
+            async def read(c: Any) -> Any:
+                return [sorted(map(tuple, await c.fetch(f"SELECT * FROM {t}"))) for t in tables]
+
+            return raw._pg(read)
+        client = redis_client_for(cp)
+        try:
+            keys = sorted(client.scan_iter(match=f"{cp.test_prefix}:*"))  # type: ignore[attr-defined]
+            return {k: client.dump(k) for k in keys}
+        finally:
+            client.close()
+    finally:
+        raw.close()
+
+
+def _calls(cp: StoreCheckpointer, good: Any) -> Iterator[tuple[str, Callable[[str], Any]]]:
+    """(field the error must name, a call with that field odd), for every entry point."""
+    tid = good["configurable"]["thread_id"]
+    cid = good["configurable"]["checkpoint_id"]
+
+    def cfg(**over: Any) -> Any:
+        return {"configurable": {"thread_id": tid, "checkpoint_ns": "", **over}}
+
+    def put(config: Any, cp_id: str = "c9", channel: str = "v", md: Any = None) -> Any:
+        return cp.put(config, _checkpoint(cp_id, {channel: 1}, 9), md or {}, {channel: 9})
+
+    yield "thread_id", lambda odd: put(cfg(thread_id=odd))
+    yield "checkpoint_ns", lambda odd: put(cfg(checkpoint_ns=odd))
+    yield "checkpoint_id", lambda odd: put(cfg(checkpoint_id=odd))
+    yield "checkpoint['id']", lambda odd: put(cfg(), cp_id=odd)
+    yield "channel name", lambda odd: put(cfg(), channel=odd)
+    yield "metadata run_id", lambda odd: put(cfg(), md={"run_id": odd})
+    yield "thread_id", lambda odd: cp.put_writes(cfg(thread_id=odd, checkpoint_id=cid),
+                                                [("v", 1)], "task")
+    yield "checkpoint_id", lambda odd: cp.put_writes(cfg(checkpoint_id=odd), [("v", 1)], "task")
+    yield "task_id", lambda odd: cp.put_writes(good, [("v", 1)], odd)
+    yield "task_path", lambda odd: cp.put_writes(good, [("v", 1)], "task", odd)
+    yield "channel name", lambda odd: cp.put_writes(good, [("v", 1), (odd, 2)], "task")
+    yield "thread_id", lambda odd: cp.get_tuple(cfg(thread_id=odd))
+    yield "checkpoint_ns", lambda odd: cp.get_tuple(cfg(checkpoint_ns=odd))
+    yield "checkpoint_id", lambda odd: cp.get_tuple(cfg(checkpoint_id=odd))
+    yield "thread_id", lambda odd: cp.list(cfg(thread_id=odd))
+    yield "checkpoint_id", lambda odd: cp.list(cfg(), before=cfg(checkpoint_id=odd))
+    yield "thread_id", lambda odd: cp.delete_thread(odd)
+    yield "source_thread_id", lambda odd: cp.copy_thread(odd, "copy")
+    yield "target_thread_id", lambda odd: cp.copy_thread(tid, odd)
+    yield "thread_id", lambda odd: cp.prune([tid, odd])
+    yield "run_id", lambda odd: cp.delete_for_runs(["run", odd])
+    yield "thread_id", lambda odd: cp.get_delta_channel_history(config=cfg(thread_id=odd),
+                                                                channels=["v"])
+    yield "channel name", lambda odd: cp.get_delta_channel_history(config=good, channels=[odd])
+    yield "new_thread_id", lambda odd: fork(cp, good, odd)
+    yield "thread_id", lambda odd: list(cp.history(odd, metadata_only=True))
+    yield "checkpoint_id", lambda odd: list(cp.history(tid, metadata_only=True, before=odd))
+
+
+def test_odd_ids_are_refused_before_anything_is_written(
+    savers: Callable[..., StoreCheckpointer], backend: str
+) -> None:
+    cp = savers()
+    good = cp.put(conf("good"), _checkpoint("c1", {"v": 1}, 1), {"run_id": "run"}, {"v": 1})
+    cp.put_writes(good, [("v", 2)], "task")
+    before = _snapshot(backend, cp)
+    missed = []
+    for name, odd in ODD.items():
+        for field, call in _calls(cp, good):
+            if name == "nul" and field == "metadata run_id":
+                continue  # LangGraph drops NUL from metadata strings before a saver sees them
+            try:
+                call(odd)
+            except InvalidConfigError as exc:
+                if field not in str(exc):
+                    missed.append((name, field, str(exc)[:200]))
+            except Exception as exc:
+                missed.append((name, field, repr(exc)[:200]))
+            else:
+                missed.append((name, field, "accepted"))
+    assert not missed
+    # item 9: an empty checkpoint id (the memory backend stored it, then failed reading it)
+    with pytest.raises(InvalidConfigError, match=re.escape("checkpoint['id'] is empty")):
+        cp.put(conf("good"), _checkpoint("", {"v": 3}, 3), {}, {"v": 3})
+    assert _snapshot(backend, cp) == before
+    assert cp.get_tuple(conf("good")).checkpoint["id"] == "c1"  # type: ignore[union-attr]
+
+
+def test_ids_at_the_bound_are_stored_everywhere(savers: Callable[..., StoreCheckpointer]) -> None:
+    """Ids of exactly 512 UTF-8 bytes (random, so that no database compresses them), in every
+    field of a pending write's key at once: under PostgreSQL's index entry limit."""
+    from langgraph_ckpt_ext.core.config import MAX_ID_BYTES
+
+    rng = random.Random(16)
+
+    def longest() -> str:
+        return "".join(rng.choices(string.ascii_letters + string.digits, k=MAX_ID_BYTES - 2)) + "é"
+
+    cp = savers()
+    tid, ns, cid, task, channel = (longest() for _ in range(5))
+    config = {"configurable": {"thread_id": tid, "checkpoint_ns": ns}}
+    stored = cp.put(config, _checkpoint(cid, {channel: 1}, 1), {}, {channel: 1})
+    cp.put_writes(stored, [(channel, 2)], task)
+    tup = cp.get_tuple(stored)
+    assert tup is not None and tup.checkpoint["channel_values"] == {channel: 1}
+    assert tup.pending_writes == [(task, channel, 2)]
+    with pytest.raises(InvalidConfigError, match="at most 512"):
+        cp.get_tuple({"configurable": {"thread_id": tid + "x"}})
+
+
+def test_smart_checkpointer_refuses_odd_ids_when_given_not_at_flush() -> None:
+    from langgraph_ckpt_ext import InMemoryCheckpointer, SmartCheckpointer
+
+    smart = SmartCheckpointer(InMemoryCheckpointer())
+    try:
+        good = smart.put(conf("s"), _checkpoint("c1", {"v": 1}, 1), {}, {"v": 1})
+        with pytest.raises(InvalidConfigError, match="channel name"):
+            smart.put(conf("s"), _checkpoint("c2", {"a\0": 1}, 2), {}, {"a\0": 2})
+        with pytest.raises(InvalidConfigError, match="task_id"):
+            smart.put_writes(good, [("v", 1)], "a\ud800")
+        smart.flush()
+        assert smart.get_tuple(conf("s")).checkpoint["id"] == "c1"  # type: ignore[union-attr]
+    finally:
+        smart.close()
+
+
+@pytest.mark.parametrize("field,odd", [("thread_id", "t\0"), ("checkpoint_ns", "a\ud800"),
+                                       ("task_id", "x" * 600)])
+def test_export_with_odd_ids_is_refused_before_importing(field: str, odd: str) -> None:
+    """A JSON Lines file is checked whole before anything is written: ids included."""
+    import io
+
+    from langgraph_ckpt_ext import InMemoryCheckpointer
+    from langgraph_ckpt_ext.transfer import MalformedExportError, export_threads, import_jsonl
+
+    source = InMemoryCheckpointer()
+    stored = source.put(conf("t"), _checkpoint("c1", {"v": 1}, 1), {}, {"v": 1})
+    source.put_writes(stored, [("v", 2)], "task")
+    buf = io.StringIO()
+    export_threads(source, buf)
+    lines = buf.getvalue().splitlines()
+    line = json.loads(lines[1])
+    if field == "task_id":
+        line["writes"][0][0] = odd
+    else:
+        line[field] = odd
+    lines[1] = json.dumps(line)
+    target = InMemoryCheckpointer()
+    with pytest.raises(MalformedExportError, match=f"line 2 of the export: {field}"):
+        import_jsonl(io.StringIO("\n".join(lines) + "\n"), target)
+    assert target.thread_ids() == []

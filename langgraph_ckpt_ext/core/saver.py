@@ -45,11 +45,14 @@ from .appendlog import AppendLog, Plan
 from .bridge import Bridge, iterate_inline, run_inline
 from .chain import ParentWalk
 from .config import (
+    check_id,
+    check_ids,
     checkpoint_id_of,
     checkpoint_ns_of,
     make_config,
+    put_ids,
     thread_id_of,
-    writes_checkpoint_of,
+    write_ids,
 )
 from .errors import InvalidConfigError
 from .filters import matches, validate_filter
@@ -226,6 +229,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         validate_filter(filter)  # raise here, not at the first next()
+        _list_query(config, before)
         return self._sync_iter(self.alist(config, filter=filter, before=before, limit=limit))
 
     def put(
@@ -291,10 +295,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         portable: bool = False,
     ) -> _PreparedPut:
         """A checkpoint as the rows to store, and what to remember once they are stored."""
-        thread_id = thread_id_of(config)
-        ns = checkpoint_ns_of(config)
-        checkpoint_id = str(checkpoint["id"])
         md = get_serializable_checkpoint_metadata(config, metadata)
+        thread_id, ns, checkpoint_id, parent_id = put_ids(config, checkpoint, md, new_versions)
         if self.schema_chain is not None:
             md["schema_version"] = self.schema_chain.current  # type: ignore[typeddict-unknown-key]
         checkpoint, upgraded = _store_upgraded(checkpoint, new_versions)
@@ -310,7 +312,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         sealed = None
         if self._auditor is not None:
             sealed = await self._auditor.seal(
-                self.serde, (thread_id, ns, checkpoint_id, checkpoint_id_of(config)), header,
+                self.serde, (thread_id, ns, checkpoint_id, parent_id), header,
                 md, checkpoint, codec.blob_keys(new_versions), blobs,
             )
             md["audit"] = sealed.record  # type: ignore[typeddict-unknown-key]
@@ -320,7 +322,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             thread_id,
             ns,
             checkpoint_id,
-            checkpoint_id_of(config),
+            parent_id,
             None if run_id is None else str(run_id),
             header,
             md_typed,
@@ -486,16 +488,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         task_id: str,
         task_path: str = "",
     ) -> builtins.list[WriteRow]:
-        thread_id = thread_id_of(config)
-        checkpoint_id = writes_checkpoint_of(config)
+        thread_id, ns, checkpoint_id, task = write_ids(config, writes, task_id, task_path)
         return codec.encode_writes(
-            self.serde,
-            thread_id,
-            checkpoint_ns_of(config),
-            checkpoint_id,
-            writes,
-            str(task_id),
-            task_path,
+            self.serde, thread_id, ns, checkpoint_id, writes, task, task_path
         )
 
     # -- reading --------------------------------------------------------------------------
@@ -587,13 +582,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         flt = validate_filter(filter)
         if limit is not None and limit <= 0:
             return
-        conf = (config or {}).get("configurable") or {}
-        query = ListQuery(
-            thread_id=None if conf.get("thread_id") in (None, "") else str(conf["thread_id"]),
-            checkpoint_ns=None if conf.get("checkpoint_ns") is None else str(conf["checkpoint_ns"]),
-            checkpoint_id=checkpoint_id_of(config) if config else None,
-            before=checkpoint_id_of(before) if before else None,
-        )
+        query = _list_query(config, before)
         left = limit
         page: builtins.list[CheckpointRow] = []
         metadata: dict[int, CheckpointMetadata] = {}  # decoded for the filter: reused
@@ -661,10 +650,12 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     ) -> Mapping[str, DeltaChannelHistory]:
         """Per channel, the writes on the parent chain since its nearest stored value (the
         seed), oldest first; ancestors are read in pages, not one by one."""
+        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        checkpoint_id = checkpoint_id_of(config)
+        check_ids(channels, "channel name")
         if not channels:
             return {}
-        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
-        target = await self._store.read_checkpoint(thread_id, ns, checkpoint_id_of(config))
+        target = await self._store.read_checkpoint(thread_id, ns, checkpoint_id)
         walk = ParentWalk(thread_id, ns)  # a tampered parent link must not loop forever
         if target is not None:
             walk.visit(target.checkpoint_id)
@@ -716,15 +707,18 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     # -- deleting and copying ---------------------------------------------------------------
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await self._store.delete_thread(str(thread_id))
-        self._log.forget(str(thread_id))
+        thread_id = check_id(thread_id, "thread_id", required=True)
+        await self._store.delete_thread(thread_id)
+        self._log.forget(thread_id)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._store.copy_thread(str(source_thread_id), str(target_thread_id))
-        self._log.forget(str(target_thread_id))
+        source = check_id(source_thread_id, "source_thread_id", required=True)
+        target = check_id(target_thread_id, "target_thread_id", required=True)
+        await self._store.copy_thread(source, target)
+        self._log.forget(target)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        ids = [str(r) for r in run_ids]
+        ids = check_ids(run_ids, "run_id")
         if not ids:
             return
         by_thread: dict[str, builtins.list[tuple[str, str]]] = defaultdict(list)
@@ -739,7 +733,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         checkpoint, plus the ancestors (and their writes) that its `DeltaChannel`s still need
         to rebuild their values."""
         _check_strategy(strategy)
-        for thread_id in map(str, thread_ids):
+        for thread_id in check_ids(thread_ids, "thread_id", required=True):
             if strategy == "delete":
                 await self._store.delete_thread(thread_id)
             else:
@@ -759,10 +753,11 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         self, thread_id: str, *, strategy: str = "keep_latest"
     ) -> builtins.list[tuple[str, str]]:
         _check_strategy(strategy)
+        thread_id = check_id(thread_id, "thread_id", required=True)
         if strategy == "keep_latest":
-            victims = await self._prune_victims(str(thread_id))
+            victims = await self._prune_victims(thread_id)
         else:
-            query = ListQuery(thread_id=str(thread_id))
+            query = ListQuery(thread_id=thread_id)
             victims = [(r.checkpoint_ns, r.checkpoint_id)
                        async for r in self._store.iter_checkpoints(query)]
         return sorted(victims, key=lambda v: (v[1], v[0]), reverse=True)
@@ -827,7 +822,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         return self._sync(self.asizes(thread_id))
 
     async def asizes(self, thread_id: str) -> builtins.list[StoredSize]:
-        return await self._store.sizes(str(thread_id))
+        return await self._store.sizes(check_id(thread_id, "thread_id", required=True))
 
     def storage_version(self) -> int:
         """The storage version in force (tables or key layout), creating and changing nothing:
@@ -879,6 +874,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             )
         if isinstance(thread_ids, str):
             raise InvalidConfigError("thread_ids is a list of thread ids, not one string")
+        if thread_ids is not None:
+            thread_ids = check_ids(thread_ids, "thread_id", required=True)
         return await migrate_threads(
             self, self.schema_chain, thread_ids,
             dry_run=dry_run, progress=progress, concurrency=concurrency,
@@ -890,7 +887,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         return self._sync(self.amigration_log(thread_id))
 
     async def amigration_log(self, thread_id: str | None = None) -> builtins.list[MigrationEntry]:
-        return await self._store.read_migrations(None if thread_id is None else str(thread_id))
+        return await self._store.read_migrations(
+            None if thread_id is None else check_id(thread_id, "thread_id", required=True))
 
     # -- audit trail ------------------------------------------------------------------------
 
@@ -908,7 +906,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     async def averify(self, thread_id: str) -> AuditReport:
         from ..timetravel.audit import verify_thread
 
-        return await verify_thread(self._store, self.serde, str(thread_id))
+        return await verify_thread(
+            self._store, self.serde, check_id(thread_id, "thread_id", required=True))
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -992,6 +991,17 @@ def stored_schema_version(metadata: Mapping[str, Any], chain: SchemaChain, check
             "not an int"
         )
     return version
+
+
+def _list_query(config: RunnableConfig | None, before: RunnableConfig | None) -> ListQuery:
+    """`list`'s query, every id in it checked (no thread id: every thread)."""
+    conf = (config or {}).get("configurable") or {}
+    return ListQuery(
+        thread_id=None if conf.get("thread_id") in (None, "") else thread_id_of(config),
+        checkpoint_ns=None if conf.get("checkpoint_ns") is None else checkpoint_ns_of(config),
+        checkpoint_id=checkpoint_id_of(config) if config else None,
+        before=checkpoint_id_of(before) if before else None,
+    )
 
 
 def _check_strategy(strategy: str) -> None:

@@ -27,6 +27,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from ..core.chain import ParentWalk
+from ..core.config import check_id
 from ..core.errors import InvalidConfigError
 from ._base import (
     ThreadExistsError,
@@ -89,6 +90,8 @@ async def afork_copy(
     new_thread_id: str | None = None,
 ) -> RunnableConfig:
     """The copy part of `fork` (no graph needed): returns the fork point's config."""
+    if new_thread_id is not None:
+        check_id(new_thread_id, "new_thread_id", required=True)
     source = await must_get(saver, config)
     src_thread, src_ns, _ = ids_of(source.config)
     if src_ns:
