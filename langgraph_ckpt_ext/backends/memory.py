@@ -301,7 +301,10 @@ class InMemoryCheckpointer(StoreCheckpointer):
     calls run directly, with no thread or event loop.
 
     Args:
-        serde: serializer for every stored value (default: LangGraph's, strict).
+        serde: serializer for every stored value (default: LangGraph's, strict); one given
+            is made strict too (`loading_serde`), or refused if it cannot be.
+        unsafe_allow_any_class: use `serde` as given, even where stored bytes may construct
+            any class through it (whoever can write to the storage can then run code here).
         snapshot_every: full value of an append-grown list at least every N versions.
         schema_chain: the state schema's version and upcasters (`SchemaChain`): see
             `migrate_threads`.
@@ -320,10 +323,11 @@ class InMemoryCheckpointer(StoreCheckpointer):
         snapshot_every: int = 256,
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
+        unsafe_allow_any_class: bool = False,
     ) -> None:
         super().__init__(
             MemoryStore(), serde=serde, snapshot_every=snapshot_every, schema_chain=schema_chain,
-            audit=audit,
+            audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
         )
 
     @property

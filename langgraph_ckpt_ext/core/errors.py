@@ -25,6 +25,11 @@ class CorruptBlobError(CheckpointerError):
     """A stored row cannot be decoded back into the value it was written from."""
 
 
+class CorruptChainError(CorruptBlobError):
+    """Stored parent links loop (a checkpoint is its own ancestor) or run past any real
+    thread's length: the rows were altered. The message names the checkpoints."""
+
+
 class CheckpointNotFoundError(CheckpointerError, LookupError):
     """A checkpoint that the call names is not stored."""
 

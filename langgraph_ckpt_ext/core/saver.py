@@ -8,6 +8,7 @@ sync twins, which all go through one bridge.
 from __future__ import annotations
 
 import builtins
+import copy
 from collections import OrderedDict, defaultdict
 from collections.abc import (
     AsyncIterator,
@@ -35,18 +36,23 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ..timetravel.methods import TimeTravel
 from . import codec
 from .appendlog import AppendLog, Plan
 from .bridge import Bridge, iterate_inline, run_inline
+from .chain import ParentWalk
 from .config import (
+    check_id,
+    check_ids,
     checkpoint_id_of,
     checkpoint_ns_of,
     make_config,
+    put_ids,
     thread_id_of,
-    writes_checkpoint_of,
+    write_ids,
 )
 from .errors import InvalidConfigError
 from .filters import matches, validate_filter
@@ -88,12 +94,82 @@ def strict_serde() -> SerializerProtocol:
     return JsonPlusSerializer(allowed_msgpack_modules=_OWN_TYPES)
 
 
+def loading_serde(
+    serde: SerializerProtocol | None, *, unsafe_allow_any_class: bool = False
+) -> SerializerProtocol:
+    """The serializer a checkpointer stores and loads with: `serde` (default `strict_serde()`)
+    made strict, whatever it was built with.
+
+    A `JsonPlusSerializer` (or subclass), alone or inside `EncryptedSerializer`s, is replaced
+    by a copy whose stored bytes may construct only LangGraph's safe types, the typed parts of
+    our `AgentState`, the classes of its own explicit `allowed_msgpack_modules` and
+    `allowed_json_modules`, and those LangGraph adds for the graph's state schema. Without
+    this, LangGraph's `JsonPlusSerializer()` constructs any class a stored row names (unless
+    `LANGGRAPH_STRICT_MSGPACK` is set), and an `EncryptedSerializer` hands it rows stored
+    without encryption. Refused with `InvalidConfigError`, as no allowlist makes them safe:
+    `pickle_fallback=True` (a stored pickle runs any code), a custom `__unpack_ext_hook__`,
+    and serializers of other kinds (what they build from stored bytes is theirs to decide).
+
+    `unsafe_allow_any_class=True` takes `serde` as it is: whoever can write to the storage may
+    then run code in this process, as LangGraph's savers allow by default.
+    """
+    if serde is None:
+        return strict_serde()
+    return serde if unsafe_allow_any_class else _strict(serde)
+
+
+def _strict(serde: SerializerProtocol) -> SerializerProtocol:
+    if isinstance(serde, EncryptedSerializer):
+        inner = _strict(serde.serde)
+        if inner is serde.serde:
+            return serde
+        clone = copy.copy(serde)  # the caller's serializer is theirs: never changed
+        clone.serde = inner
+        return clone
+    if isinstance(serde, JsonPlusSerializer):
+        return _strict_jsonplus(serde)
+    raise _cannot_be_strict(f"a {type(serde).__name__}: only LangGraph's JsonPlusSerializer, or "
+                            "an EncryptedSerializer over one, is made strict here")
+
+
+def _cannot_be_strict(what: str) -> InvalidConfigError:
+    return InvalidConfigError(
+        f"serde is {what}; loading could construct any class a stored row names. Pass "
+        "unsafe_allow_any_class=True to use it anyway, trusting whoever can write to the storage"
+    )
+
+
+def _strict_jsonplus(serde: JsonPlusSerializer) -> JsonPlusSerializer:
+    """`serde`, or a copy of it, loading only allowlisted classes (its own list kept)."""
+    if serde.pickle_fallback:
+        raise _cannot_be_strict("JsonPlusSerializer(pickle_fallback=True): a stored pickle runs "
+                                "any code")
+    if getattr(serde, "_custom_unpack_ext_hook", False):
+        raise _cannot_be_strict("a JsonPlusSerializer with its own __unpack_ext_hook__")
+    # LangGraph's private settings, read only: its constructor sets the copy's below.
+    msgpack = getattr(serde, "_allowed_msgpack_modules", True)
+    json_modules = getattr(serde, "_allowed_json_modules", True)
+    allowed = {*_OWN_TYPES, *(msgpack if isinstance(msgpack, (set, frozenset)) else ())}
+    if msgpack is not True and json_modules is not True and msgpack == allowed:
+        return serde  # strict already (ours, or made so before)
+    clone = copy.copy(serde)
+    JsonPlusSerializer.__init__(
+        clone,
+        allowed_json_modules=json_modules if isinstance(json_modules, (set, frozenset)) else None,
+        allowed_msgpack_modules=sorted(allowed),
+    )
+    return clone
+
+
 class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     """A checkpointer over a `Store`; one object serves sync and async graph calls.
 
     Args:
         store: the backend's row storage.
-        serde: serializer for every stored value (default: strict `JsonPlusSerializer`).
+        serde: serializer for every stored value (default: strict `JsonPlusSerializer`);
+            its loading is made strict too (see `loading_serde`).
+        unsafe_allow_any_class: take `serde` as given, even if stored bytes may construct any
+            class through it (whoever can write to the storage can then run code here).
         snapshot_every: a list channel grown by appending is stored as deltas, with a full
             value at least every `snapshot_every` versions (a power of two).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): checkpoints
@@ -113,8 +189,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         bridge: Bridge | None = None,
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
+        unsafe_allow_any_class: bool = False,
     ) -> None:
-        super().__init__(serde=serde or strict_serde())
+        super().__init__(serde=loading_serde(serde, unsafe_allow_any_class=unsafe_allow_any_class))
         self.schema_chain = schema_chain
         self._auditor: Auditor | None = None
         if audit:  # imported here: the time-travel package imports this module
@@ -152,6 +229,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         validate_filter(filter)  # raise here, not at the first next()
+        _list_query(config, before)
         return self._sync_iter(self.alist(config, filter=filter, before=before, limit=limit))
 
     def put(
@@ -217,10 +295,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         portable: bool = False,
     ) -> _PreparedPut:
         """A checkpoint as the rows to store, and what to remember once they are stored."""
-        thread_id = thread_id_of(config)
-        ns = checkpoint_ns_of(config)
-        checkpoint_id = str(checkpoint["id"])
         md = get_serializable_checkpoint_metadata(config, metadata)
+        thread_id, ns, checkpoint_id, parent_id = put_ids(config, checkpoint, md, new_versions)
         if self.schema_chain is not None:
             md["schema_version"] = self.schema_chain.current  # type: ignore[typeddict-unknown-key]
         checkpoint, upgraded = _store_upgraded(checkpoint, new_versions)
@@ -236,7 +312,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         sealed = None
         if self._auditor is not None:
             sealed = await self._auditor.seal(
-                self.serde, (thread_id, ns, checkpoint_id, checkpoint_id_of(config)), header,
+                self.serde, (thread_id, ns, checkpoint_id, parent_id), header,
                 md, checkpoint, codec.blob_keys(new_versions), blobs,
             )
             md["audit"] = sealed.record  # type: ignore[typeddict-unknown-key]
@@ -246,7 +322,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             thread_id,
             ns,
             checkpoint_id,
-            checkpoint_id_of(config),
+            parent_id,
             None if run_id is None else str(run_id),
             header,
             md_typed,
@@ -412,16 +488,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         task_id: str,
         task_path: str = "",
     ) -> builtins.list[WriteRow]:
-        thread_id = thread_id_of(config)
-        checkpoint_id = writes_checkpoint_of(config)
+        thread_id, ns, checkpoint_id, task = write_ids(config, writes, task_id, task_path)
         return codec.encode_writes(
-            self.serde,
-            thread_id,
-            checkpoint_ns_of(config),
-            checkpoint_id,
-            writes,
-            str(task_id),
-            task_path,
+            self.serde, thread_id, ns, checkpoint_id, writes, task, task_path
         )
 
     # -- reading --------------------------------------------------------------------------
@@ -513,13 +582,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         flt = validate_filter(filter)
         if limit is not None and limit <= 0:
             return
-        conf = (config or {}).get("configurable") or {}
-        query = ListQuery(
-            thread_id=None if conf.get("thread_id") in (None, "") else str(conf["thread_id"]),
-            checkpoint_ns=None if conf.get("checkpoint_ns") is None else str(conf["checkpoint_ns"]),
-            checkpoint_id=checkpoint_id_of(config) if config else None,
-            before=checkpoint_id_of(before) if before else None,
-        )
+        query = _list_query(config, before)
         left = limit
         page: builtins.list[CheckpointRow] = []
         metadata: dict[int, CheckpointMetadata] = {}  # decoded for the filter: reused
@@ -587,10 +650,15 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     ) -> Mapping[str, DeltaChannelHistory]:
         """Per channel, the writes on the parent chain since its nearest stored value (the
         seed), oldest first; ancestors are read in pages, not one by one."""
+        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        checkpoint_id = checkpoint_id_of(config)
+        check_ids(channels, "channel name")
         if not channels:
             return {}
-        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
-        target = await self._store.read_checkpoint(thread_id, ns, checkpoint_id_of(config))
+        target = await self._store.read_checkpoint(thread_id, ns, checkpoint_id)
+        walk = ParentWalk(thread_id, ns)  # a tampered parent link must not loop forever
+        if target is not None:
+            walk.visit(target.checkpoint_id)
         remaining = set(channels)
         seeds: dict[str, Any] = {}
         collected: builtins.list[builtins.list[PendingWrite]] = []  # per ancestor, nearest first
@@ -608,6 +676,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             for row, vers in zip(batch, versions, strict=False):
                 if not remaining:
                     break
+                walk.visit(row.checkpoint_id)
                 mine = [w for w in writes.get(row.checkpoint_id, []) if w.channel in remaining]
                 collected.append(codec.decode_writes(self.serde, mine))
                 stored = {ch: vers[ch] for ch in remaining if (ch, vers.get(ch)) in blobs}
@@ -638,15 +707,18 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     # -- deleting and copying ---------------------------------------------------------------
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await self._store.delete_thread(str(thread_id))
-        self._log.forget(str(thread_id))
+        thread_id = check_id(thread_id, "thread_id", required=True)
+        await self._store.delete_thread(thread_id)
+        self._log.forget(thread_id)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._store.copy_thread(str(source_thread_id), str(target_thread_id))
-        self._log.forget(str(target_thread_id))
+        source = check_id(source_thread_id, "source_thread_id", required=True)
+        target = check_id(target_thread_id, "target_thread_id", required=True)
+        await self._store.copy_thread(source, target)
+        self._log.forget(target)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        ids = [str(r) for r in run_ids]
+        ids = check_ids(run_ids, "run_id")
         if not ids:
             return
         by_thread: dict[str, builtins.list[tuple[str, str]]] = defaultdict(list)
@@ -661,7 +733,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         checkpoint, plus the ancestors (and their writes) that its `DeltaChannel`s still need
         to rebuild their values."""
         _check_strategy(strategy)
-        for thread_id in map(str, thread_ids):
+        for thread_id in check_ids(thread_ids, "thread_id", required=True):
             if strategy == "delete":
                 await self._store.delete_thread(thread_id)
             else:
@@ -681,10 +753,11 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         self, thread_id: str, *, strategy: str = "keep_latest"
     ) -> builtins.list[tuple[str, str]]:
         _check_strategy(strategy)
+        thread_id = check_id(thread_id, "thread_id", required=True)
         if strategy == "keep_latest":
-            victims = await self._prune_victims(str(thread_id))
+            victims = await self._prune_victims(thread_id)
         else:
-            query = ListQuery(thread_id=str(thread_id))
+            query = ListQuery(thread_id=thread_id)
             victims = [(r.checkpoint_ns, r.checkpoint_id)
                        async for r in self._store.iter_checkpoints(query)]
         return sorted(victims, key=lambda v: (v[1], v[0]), reverse=True)
@@ -708,7 +781,10 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         counters = self._metadata(by_id[latest]).get("counters_since_delta_snapshot") or {}
         needed = set(counters)
         cursor = by_id[latest].parent_checkpoint_id
+        walk = ParentWalk(thread_id, ns)  # a tampered parent link must not loop forever
+        walk.visit(latest)
         while needed and cursor is not None and cursor in by_id:
+            walk.visit(cursor)
             keep.add(cursor)
             versions = codec.blob_keys(self._header(by_id[cursor])["channel_versions"])
             keys = {(ch, versions[ch]) for ch in needed if ch in versions}
@@ -746,7 +822,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         return self._sync(self.asizes(thread_id))
 
     async def asizes(self, thread_id: str) -> builtins.list[StoredSize]:
-        return await self._store.sizes(str(thread_id))
+        return await self._store.sizes(check_id(thread_id, "thread_id", required=True))
 
     def storage_version(self) -> int:
         """The storage version in force (tables or key layout), creating and changing nothing:
@@ -798,6 +874,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             )
         if isinstance(thread_ids, str):
             raise InvalidConfigError("thread_ids is a list of thread ids, not one string")
+        if thread_ids is not None:
+            thread_ids = check_ids(thread_ids, "thread_id", required=True)
         return await migrate_threads(
             self, self.schema_chain, thread_ids,
             dry_run=dry_run, progress=progress, concurrency=concurrency,
@@ -809,7 +887,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         return self._sync(self.amigration_log(thread_id))
 
     async def amigration_log(self, thread_id: str | None = None) -> builtins.list[MigrationEntry]:
-        return await self._store.read_migrations(None if thread_id is None else str(thread_id))
+        return await self._store.read_migrations(
+            None if thread_id is None else check_id(thread_id, "thread_id", required=True))
 
     # -- audit trail ------------------------------------------------------------------------
 
@@ -827,7 +906,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     async def averify(self, thread_id: str) -> AuditReport:
         from ..timetravel.audit import verify_thread
 
-        return await verify_thread(self._store, self.serde, str(thread_id))
+        return await verify_thread(
+            self._store, self.serde, check_id(thread_id, "thread_id", required=True))
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -911,6 +991,17 @@ def stored_schema_version(metadata: Mapping[str, Any], chain: SchemaChain, check
             "not an int"
         )
     return version
+
+
+def _list_query(config: RunnableConfig | None, before: RunnableConfig | None) -> ListQuery:
+    """`list`'s query, every id in it checked (no thread id: every thread)."""
+    conf = (config or {}).get("configurable") or {}
+    return ListQuery(
+        thread_id=None if conf.get("thread_id") in (None, "") else thread_id_of(config),
+        checkpoint_ns=None if conf.get("checkpoint_ns") is None else checkpoint_ns_of(config),
+        checkpoint_id=checkpoint_id_of(config) if config else None,
+        before=checkpoint_id_of(before) if before else None,
+    )
 
 
 def _check_strategy(strategy: str) -> None:

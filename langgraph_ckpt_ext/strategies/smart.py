@@ -45,8 +45,9 @@ from ..core.config import (
     checkpoint_id_of,
     checkpoint_ns_of,
     make_config,
+    put_ids,
     thread_id_of,
-    writes_checkpoint_of,
+    write_ids,
 )
 from ..core.errors import InvalidConfigError
 from ..core.filters import matches, validate_filter
@@ -355,17 +356,20 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> tuple[_Put, RunnableConfig]:
-        thread_id, ns = thread_id_of(config), checkpoint_ns_of(config)
+        # Ids checked now, as a direct put would: a bad one must not fail a later flush.
+        thread_id, ns, checkpoint_id, parent_id = put_ids(
+            config, checkpoint, get_serializable_checkpoint_metadata(config, metadata),
+            new_versions)
         values = self._freeze(thread_id, ns, checkpoint, new_versions)
         size = 256 + sum(len(values[ch].typed[1]) for ch in new_versions if ch in values)
         item = _Put(
-            thread_id, ns, str(checkpoint["id"]), checkpoint_id_of(config), config,
+            thread_id, ns, checkpoint_id, parent_id, config,
             {**copy_checkpoint(checkpoint), "channel_values": values},
             dict(metadata),  # type: ignore[arg-type]
             dict(new_versions), size, time.monotonic(),
         )
         item.events = _put_events(item.metadata, item.checkpoint)
-        return item, make_config(thread_id, ns, str(checkpoint["id"]))
+        return item, make_config(thread_id, ns, checkpoint_id)
 
     def _freeze(
         self, thread_id: str, ns: str, checkpoint: Checkpoint, new_versions: ChannelVersions
@@ -393,13 +397,12 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
         task_path: str,
     ) -> _Writes:
-        thread_id = thread_id_of(config)
-        checkpoint_id = writes_checkpoint_of(config)
+        thread_id, ns, checkpoint_id, task = write_ids(config, writes, task_id, task_path)
         frozen = [(ch, codec.encode(self.serde, v, f"write to channel {ch!r} of task "
                                     f"{task_id!r}")) for ch, v in writes]
         size = 64 + sum(len(v.typed[1]) for _, v in frozen)
-        item = _Writes(thread_id, checkpoint_ns_of(config), checkpoint_id, config,
-                       frozen, str(task_id), task_path, size, time.monotonic())
+        item = _Writes(thread_id, ns, checkpoint_id, config,
+                       frozen, task, task_path, size, time.monotonic())
         item.events = _write_events(writes, self.plan_channels, self.side_effect_tools)
         return item
 

@@ -26,6 +26,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
+from ..core.chain import ParentWalk
+from ..core.config import check_id
 from ..core.errors import InvalidConfigError
 from ._base import (
     ThreadExistsError,
@@ -41,10 +43,14 @@ from ._base import (
 async def _chain(saver: BaseCheckpointSaver[Any], head: CheckpointTuple) -> list[CheckpointTuple]:
     """`head` and its ancestors, oldest first."""
     chain = [head]
+    thread_id, ns, _ = ids_of(head.config)
+    walk = ParentWalk(thread_id, ns)  # a tampered parent link must not loop forever
+    walk.visit(head.checkpoint["id"])
     while chain[-1].parent_config is not None:
         parent = await saver.aget_tuple(chain[-1].parent_config)
         if parent is None:
             break  # the history was pruned below here: the copy starts at the oldest kept
+        walk.visit(parent.checkpoint["id"])
         chain.append(parent)
     chain.reverse()
     return chain
@@ -84,6 +90,8 @@ async def afork_copy(
     new_thread_id: str | None = None,
 ) -> RunnableConfig:
     """The copy part of `fork` (no graph needed): returns the fork point's config."""
+    if new_thread_id is not None:
+        check_id(new_thread_id, "new_thread_id", required=True)
     source = await must_get(saver, config)
     src_thread, src_ns, _ = ids_of(source.config)
     if src_ns:

@@ -11,6 +11,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, PendingWrite
 
+from ..core.config import check_id
 from ..core.filters import matches, validate_filter
 from ..core.rows import ListQuery
 from ..migrations import is_reserved
@@ -154,10 +155,13 @@ async def _rows(
     from ..core.saver import StoreCheckpointer
 
     if metadata_only and isinstance(saver, StoreCheckpointer):
-        # Rows only: headers and metadata, no channel value read at all.
-        rows = saver._store.iter_checkpoints(
-            ListQuery(thread_id=thread_id, checkpoint_ns=ns, before=before)
-        )
+        # Rows only: headers and metadata, no channel value read at all (the ids checked
+        # here, as the saver's own methods would).
+        rows = saver._store.iter_checkpoints(ListQuery(
+            thread_id=check_id(thread_id, "thread_id", required=True),
+            checkpoint_ns=None if ns is None else check_id(ns, "checkpoint_ns"),
+            before=None if before is None else check_id(before, "checkpoint_id"),
+        ))
         try:
             async for row in rows:
                 md = saver._metadata(row)

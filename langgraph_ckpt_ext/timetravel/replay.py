@@ -13,6 +13,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
+from ..core.chain import ParentWalk
 from ..core.errors import InvalidConfigError
 from ._base import CheckpointNotFoundError, ids_of, must_get, run_sync, thread_config
 from .fork import afork_copy
@@ -89,6 +90,8 @@ async def areplay(
         raise InvalidConfigError("replay runs within one thread and namespace: start and end "
                                  "name different ones")
     chain = [last]
+    walk = ParentWalk(thread_id, ns)  # a tampered parent link must not loop forever
+    walk.visit(last.checkpoint["id"])
     while chain[-1].checkpoint["id"] != first.checkpoint["id"]:
         parent = chain[-1].parent_config
         tup = None if parent is None else await saver.aget_tuple(parent)
@@ -97,6 +100,7 @@ async def areplay(
                 f"checkpoint {first.checkpoint['id']!r} is not an ancestor of "
                 f"{last.checkpoint['id']!r} in thread {thread_id!r}"
             )
+        walk.visit(tup.checkpoint["id"])
         chain.append(tup)
     chain.reverse()
     out = []

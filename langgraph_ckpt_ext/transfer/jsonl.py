@@ -25,7 +25,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ..core.config import checkpoint_ns_of, make_config
+from ..core.config import checkpoint_ns_of, make_config, put_ids, write_ids
 from ..core.errors import CheckpointerError
 from ..core.saver import strict_serde
 from ._blocked import loads_strict
@@ -160,13 +160,19 @@ def _parse_line(serde: SerializerProtocol, obj: Any) -> CheckpointTuple:
     if not isinstance(metadata, dict):
         raise ValueError("metadata is not a mapping")
     tid, ns = obj["thread_id"], obj["checkpoint_ns"]
-    return CheckpointTuple(
+    tup = CheckpointTuple(
         config=make_config(tid, ns, obj["checkpoint_id"]),
         checkpoint=cast(Checkpoint, checkpoint),
         metadata=cast(CheckpointMetadata, metadata),
         parent_config=make_config(tid, ns, parent) if parent else None,
         pending_writes=writes,
     )
+    # Ids no store of ours can hold are refused here, before anything is written
+    # (`InvalidConfigError` is a `ValueError`).
+    put_ids(tup.parent_config or tup.config, checkpoint, metadata, {})
+    for task_id, channel, _ in writes:
+        write_ids(tup.config, [(channel, None)], task_id, "")
+    return tup
 
 
 class _JsonlSource(BaseCheckpointSaver[str]):

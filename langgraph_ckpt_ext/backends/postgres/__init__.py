@@ -10,7 +10,7 @@ from typing import Any
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...core.errors import InvalidConfigError, StoreUnavailableError, require
-from ...core.saver import StoreCheckpointer
+from ...core.saver import StoreCheckpointer, loading_serde
 from ...migrations import SchemaChain
 
 require("asyncpg", "postgres")
@@ -36,7 +36,10 @@ class PostgresCheckpointer(StoreCheckpointer):
             call `await checkpointer.asetup()` once, and use it from that pool's event loop, or
             pass `dsn=` as well so that sync calls can open a pool of their own).
         schema: keep the tables in this schema (created by `setup()`), e.g. one per tenant.
-        serde: serializer for every stored value (default: LangGraph's, strict).
+        serde: serializer for every stored value (default: LangGraph's, strict); one given
+            is made strict too (`loading_serde`), or refused if it cannot be.
+        unsafe_allow_any_class: use `serde` as given, even where stored bytes may construct
+            any class through it (whoever can write to the storage can then run code here).
         snapshot_every: full value of an append-grown list at least every N versions.
         setup: create or migrate the tables now (DSN only; idempotent, safe across processes).
         schema_chain: the state schema's version and upcasters (`SchemaChain`; not to be
@@ -62,8 +65,11 @@ class PostgresCheckpointer(StoreCheckpointer):
         setup: bool = True,
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
+        unsafe_allow_any_class: bool = False,
         **pool_options: Any,
     ) -> None:
+        # Refused before any connection opens; the serializer then goes in as it is.
+        serde = loading_serde(serde, unsafe_allow_any_class=unsafe_allow_any_class)
         if schema is not None and not _SCHEMA.match(schema):
             raise InvalidConfigError(f"invalid schema name {schema!r}: use letters, digits, '_'")
         if schema is not None:
@@ -77,7 +83,7 @@ class PostgresCheckpointer(StoreCheckpointer):
             setup = False
         super().__init__(
             store, serde=serde, snapshot_every=snapshot_every, schema_chain=schema_chain,
-            audit=audit,
+            audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
         )
         if setup:
             self.setup()

@@ -10,7 +10,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...core.bridge import Bridge
 from ...core.errors import require
-from ...core.saver import StoreCheckpointer
+from ...core.saver import StoreCheckpointer, loading_serde
 from ...migrations import SchemaChain
 
 require("redis", "redis")
@@ -37,7 +37,10 @@ class RedisCheckpointer(StoreCheckpointer):
         refresh_on_read: reading a thread (`get_tuple`, `list`) refreshes its TTL too.
         key_prefix: the first part of every key: separate apps or tenants on one server.
         cluster: a URL is a Redis Cluster (None: ask the server).
-        serde: serializer for every stored value (default: LangGraph's, strict).
+        serde: serializer for every stored value (default: LangGraph's, strict); one given
+            is made strict too (`loading_serde`), or refused if it cannot be.
+        unsafe_allow_any_class: use `serde` as given, even where stored bytes may construct
+            any class through it (whoever can write to the storage can then run code here).
         snapshot_every: full value of an append-grown list at least every N versions.
         setup: record the key layout's version now (URL only; idempotent).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): see
@@ -65,8 +68,11 @@ class RedisCheckpointer(StoreCheckpointer):
         setup: bool = True,
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
+        unsafe_allow_any_class: bool = False,
         **client_options: Any,
     ) -> None:
+        # Refused before any connection opens; the serializer then goes in as it is.
+        serde = loading_serde(serde, unsafe_allow_any_class=unsafe_allow_any_class)
         bridge = Bridge(f"lgckpt-{type(self).__name__}")
         given = not isinstance(conn, str)
         store = RedisStore(
@@ -81,7 +87,7 @@ class RedisCheckpointer(StoreCheckpointer):
         )
         super().__init__(
             store, serde=serde, snapshot_every=snapshot_every, bridge=bridge,
-            schema_chain=schema_chain, audit=audit,
+            schema_chain=schema_chain, audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
         )
         if setup and not given:
             self.setup()

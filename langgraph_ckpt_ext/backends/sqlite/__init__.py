@@ -11,7 +11,7 @@ import aiosqlite
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...core.bridge import Bridge
-from ...core.saver import StoreCheckpointer
+from ...core.saver import StoreCheckpointer, loading_serde
 from ...migrations import SchemaChain
 from .store import SQLiteStore
 
@@ -63,7 +63,10 @@ class SQLiteCheckpointer(StoreCheckpointer):
     Args:
         conn: a path, `":memory:"`, a `file:` URI, or an open `aiosqlite.Connection` (which
             stays the caller's: `close()` leaves it open).
-        serde: serializer for every stored value (default: LangGraph's, strict).
+        serde: serializer for every stored value (default: LangGraph's, strict); one given
+            is made strict too (`loading_serde`), or refused if it cannot be.
+        unsafe_allow_any_class: use `serde` as given, even where stored bytes may construct
+            any class through it (whoever can write to the storage can then run code here).
         snapshot_every: full value of an append-grown list at least every N versions.
         busy_timeout: seconds to wait for another writer of the same file.
         synchronous: SQLite's `PRAGMA synchronous` (`"FULL"` by default, as LangGraph's saver;
@@ -91,8 +94,11 @@ class SQLiteCheckpointer(StoreCheckpointer):
         setup: bool = True,
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
+        unsafe_allow_any_class: bool = False,
         _store: SQLiteStore | None = None,
     ) -> None:
+        # Refused before any connection opens; the serializer then goes in as it is.
+        serde = loading_serde(serde, unsafe_allow_any_class=unsafe_allow_any_class)
         bridge = Bridge("lgckpt-sqlite")
         store = _store
         if store is None:
@@ -103,7 +109,7 @@ class SQLiteCheckpointer(StoreCheckpointer):
                 store = bridge.run(_open_store(os.fspath(conn), busy_timeout, synchronous))
         super().__init__(
             store, serde=serde, snapshot_every=snapshot_every, bridge=bridge,
-            schema_chain=schema_chain, audit=audit,
+            schema_chain=schema_chain, audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
         )
         if setup and _store is None:
             self.setup()
@@ -119,6 +125,8 @@ class SQLiteCheckpointer(StoreCheckpointer):
             >>> async with SQLiteCheckpointer.from_conn_string("agent.db") as cp:  # doctest: +SKIP
             ...     graph = builder.compile(checkpointer=cp)
         """
+        kwargs["serde"] = loading_serde(  # refused before the file opens
+            kwargs.get("serde"), unsafe_allow_any_class=kwargs.get("unsafe_allow_any_class", False))
         store = await _open_store(
             os.fspath(conn_string),
             kwargs.pop("busy_timeout", 30.0),
