@@ -5,6 +5,7 @@ public methods; what they print is built here."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import os
 import re
@@ -24,7 +25,7 @@ from .common import (
     open_saver,
     shown_url,
 )
-from .output import Output, human_bytes
+from .output import Output, human_bytes, printable
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -32,7 +33,9 @@ if TYPE_CHECKING:
     from ..core.rows import StoredSize
     from ..core.saver import StoreCheckpointer
     from ..migrations import SchemaChain
+    from ..migrations.runner import MigrationReport
     from ..timetravel.audit import AuditReport
+    from ..timetravel.diff import StateDiff
     from ..timetravel.history import Inspection
 
 # LangGraph's checkpoint ids are UUIDs; a thread id may hold ':' (`user:42`).
@@ -383,8 +386,20 @@ def run_diff(args: argparse.Namespace, out: Output) -> int:
     if out.json_mode:
         out.json(diff.to_dict())
     else:
-        out.line(diff.to_text())
+        out.lines(_printable_diff(diff).to_text())
     return OK
+
+
+def _printable_diff(diff: StateDiff) -> StateDiff:
+    """`diff` with the thread ids and keys its text shows raw escaped: one may hold a
+    newline, which would start a line of its own."""
+    def key(k: Any) -> Any:
+        return printable(k) if isinstance(k, str) else k
+
+    return dataclasses.replace(
+        diff, labels=(printable(diff.labels[0]), printable(diff.labels[1])) if diff.labels
+        else None, changes=[dataclasses.replace(c, path=tuple(map(key, c.path)))
+                            for c in diff.changes])
 
 
 # -- fork -----------------------------------------------------------------------------------------
@@ -558,8 +573,16 @@ def run_migrate(args: argparse.Namespace, out: Output) -> int:
     if out.json_mode:
         out.json(report)
     else:
-        out.line(report.summary())
+        out.lines(_printable_migration(report).summary())
     return OK
+
+
+def _printable_migration(report: MigrationReport) -> MigrationReport:
+    """`report` with the ids its summary shows raw escaped (see `_printable_diff`)."""
+    return dataclasses.replace(report, changes=[
+        dataclasses.replace(c, thread_id=printable(c.thread_id),
+                            checkpoint_ns=printable(c.checkpoint_ns))
+        for c in report.changes])
 
 
 # -- verify ---------------------------------------------------------------------------------------
@@ -622,7 +645,7 @@ def run_verify(args: argparse.Namespace, out: Output) -> int:
     unaudited = [r["thread_id"] for r in rows if not r["audited"]]
     if not out.json_mode:
         for report in failed:
-            out.line(str(report))
+            out.lines(str(_printable_audit(report)))
     if unaudited:
         out.error(f"{len(unaudited)} thread(s) hold no audit trail ({_names(unaudited)}): they "
                   "were written with audit off; write with audit=True (e.g. connect(url, "
@@ -631,6 +654,14 @@ def run_verify(args: argparse.Namespace, out: Output) -> int:
         out.error(f"verification failed for {len(failed)} of {len(rows)} thread(s): "
                   f"{_names([r.thread_id for r in failed])}")
     return VERIFY_FAILED if failed or unaudited else OK
+
+
+def _printable_audit(report: AuditReport) -> AuditReport:
+    """`report` with what its text shows raw escaped (see `_printable_diff`)."""
+    return dataclasses.replace(report, problems=[
+        dataclasses.replace(p, checkpoint_ns=printable(p.checkpoint_ns),
+                            detail=printable(p.detail))
+        for p in report.problems])
 
 
 def _names(ids: Sequence[str], show: int = 5) -> str:

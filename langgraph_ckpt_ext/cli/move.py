@@ -282,7 +282,7 @@ def run_export(args: argparse.Namespace, out: Output) -> int:
     if out.json_mode and args.output != "-":
         out.json(dataclasses.asdict(report))
     elif args.output == "-":
-        out.stderr.write(text + "\n")  # stdout holds the export
+        out.note(text)  # stdout holds the export
     else:
         out.line(text)
     return OK
