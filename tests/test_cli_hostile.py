@@ -1,5 +1,6 @@
-"""`lgckpt` against hostile input: thread ids holding terminal control sequences (escaped in
-text, exact in JSON). It runs `main` in-process, which is quick."""
+"""`lgckpt` against hostile input: passwords in URLs (never printed, whatever the URL looks
+like), and thread ids holding terminal control sequences (escaped in text, exact in JSON).
+It runs `main` in-process, which is quick."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import io
 import json
 import unicodedata
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -14,9 +16,9 @@ from langgraph_ckpt_ext.cli import main
 from langgraph_ckpt_ext.cli.output import Output, printable
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 
-from .conftest import conf
+from .conftest import cleanup, conf
 from .graphs import chat_graph, human
-from .test_cli import new_store
+from .test_cli import free_port, new_store
 
 
 def write_chats(cp: StoreCheckpointer, *threads: str) -> None:
@@ -29,6 +31,77 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     code = main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+# -- item 4: passwords in URLs --------------------------------------------------------------------
+
+# '/' and '?' alone cut the URL as '#' does: the last one holds them all
+PASSWORDS = ["s3cr#Et9x", "s3cr@Et9x", "s3cr%Et9x", "s3cr Et9x", "4711#Et9x", "s3cr:Et9/x?y#z@w"]
+
+
+def _pieces(password: str) -> list[str]:
+    """The password, and each part of it a parser may cut it into (3 characters or more)."""
+    parts = [password, quote(password, safe="")]
+    for sep in "#/?@: %":
+        parts += [p for p in password.split(sep) if len(p) >= 3]
+    return parts
+
+
+def _hidden(password: str, *texts: str) -> None:
+    for text in texts:
+        for piece in _pieces(password):
+            assert piece not in text, (piece, text)
+
+
+@pytest.mark.parametrize("password", PASSWORDS)
+def test_passwords_never_printed(password: str, capsys: pytest.CaptureFixture[str],
+                                 tmp_path: Path) -> None:
+    closed = free_port()
+    urls = [
+        f"postgresql://postgres:{password}@127.0.0.1:5432/test?schema=lgx_cli_nothing_here",
+        f"postgresql://postgres:{password}@127.0.0.1:{closed}/test",
+        f"redis://:{password}@127.0.0.1:6379/0?key_prefix=lgx-cli-nothing-here",
+        f"redis://default:{password}@127.0.0.1:{closed}/0",
+        f"postgresql://postgres@127.0.0.1:{closed}/test?password={password}",
+    ]
+    for url, mode in [(urls[0], "--no-color"), *((u, "--json") for u in urls)]:
+        code, out, err = _run(capsys, "threads", mode, "--url", url)
+        assert code == 5 and out == "" and err.startswith("lgckpt: error: "), (url, err)
+        _hidden(password, out, err)
+    source = new_store("sqlite", tmp_path)
+    with source.open() as cp:
+        write_chats(cp, "a")
+    sqlite = source.url
+    for argv in (["copy", "--url", sqlite, "--to", urls[1]],
+                 ["import", "--from-official", urls[1], "--url", sqlite],
+                 [urls[0], "threads"],  # a usage error quotes the argument
+                 ["--url", urls[0], "threads", "--limit", "0"]):
+        code, out, err = _run(capsys, *argv)
+        assert code in (1, 2, 5) and err, (argv, err)
+        _hidden(password, out, err)
+    assert "***" in _run(capsys, "threads", "--url", urls[0])[2]
+
+
+@pytest.mark.parametrize("backend", ["postgres", "redis"])
+def test_passwords_hidden_when_it_works(backend: str, capsys: pytest.CaptureFixture[str],
+                                        tmp_path: Path) -> None:
+    """A reachable server (PostgreSQL trusts any password here; Redis has none to check):
+    percent-encoded passwords work, and are never printed either."""
+    s = new_store(backend, tmp_path)
+    try:
+        with s.open() as cp:
+            write_chats(cp, "a")
+        scheme, rest = s.url.split("://", 1)
+        for password in PASSWORDS:
+            user = "postgres" if backend == "postgres" else "default"
+            url = f"{scheme}://{user}:{quote(password, safe='')}@{rest.split('@')[-1]}"
+            code, out, err = _run(capsys, "threads", "--json", "--url", url)
+            assert code == 0 and [r["thread_id"] for r in json.loads(out)] == ["a"], err
+            code, out2, err2 = _run(capsys, "history", "nobody", "--url", url)
+            assert code == 3, err2
+            _hidden(password, out, err, out2, err2)
+    finally:
+        cleanup(s.backend, s.writer)
 
 
 # -- item 5: terminal control characters in thread ids --------------------------------------------

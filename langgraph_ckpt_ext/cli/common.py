@@ -1,14 +1,15 @@
 """What every `lgckpt` command shares: exit codes, the error type, the common options, and
-opening the store a URL names."""
+opening the store a URL names (and never printing its password)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import os
+import re
 import textwrap
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 from ..core.errors import (
     CheckpointerError,
@@ -19,6 +20,7 @@ from ..core.errors import (
     StoreUnavailableError,
     ThreadExistsError,
 )
+from .output import mask
 
 if TYPE_CHECKING:
     from ..core.saver import StoreCheckpointer
@@ -52,6 +54,8 @@ _FORMATS = (
     "use sqlite:///path.db, postgresql://user@host/db[?schema=NAME] or "
     "redis://host:6379/0[?key_prefix=NAME]"
 )
+_ENCODE = ("if the password holds '#', '/', '?' or '@', percent-encode them (%23, %2F, %3F, "
+           "%40)")
 
 
 class CliError(Exception):
@@ -122,16 +126,62 @@ def add_command(
 # -- opening a store ---------------------------------------------------------------------------
 
 
+# A password is hidden as every parser may read it: urlsplit's (the host ends at the first
+# '#', '/' or '?'), and all from "://" to the URL's *last* '@' (what one holding those, or an
+# '@', unencoded, really is), with the pieces a driver may cut it into. Hiding too much in
+# an odd URL beats printing a piece of a password.
+_QUERY_SECRET = re.compile(r"([?&;][^=&#]*(?:pass|pwd|secret|token)[^=&#]*=)([^&]*)", re.I)
+
+
+def _credentials(url: str) -> tuple[str, str, str] | None:
+    """(up to the user, user[:password], from the last '@') of `url`; None without a '@', or
+    for a file (a SQLite path may hold both ':' and '@')."""
+    start = url.find("://")
+    start = 0 if start < 0 else start + 3
+    at = url.rfind("@")
+    if at < start or url[:start].lower().endswith("sqlite://"):
+        return None
+    return url[:start], url[start:at], url[at:]
+
+
 def shown_url(url: str) -> str:
-    """`url` fit for a message: its password replaced by `***`."""
+    """`url` fit for a message: its password, and query parameters that hold one
+    (`?password=`), shown as `***`, whatever the URL looks like."""
+    return mask(url, url_secrets(url))
+
+
+def url_secrets(url: str) -> list[str]:
+    """What in `url` must never be printed: the password (as written, decoded, and each piece
+    a parser may cut it into) and the values of query parameters that hold one."""
+    found = [m.group(2) for m in _QUERY_SECRET.finditer(url)]
+    parts = _credentials(url)
+    if parts is not None and ":" in parts[1]:
+        found += _pieces(parts[1].split(":", 1)[1])
+    with contextlib.suppress(ValueError):
+        found.append(urlsplit(url).password or "")
+    return sorted({v for s in found for v in (s, unquote(s), unquote_plus(s)) if v})
+
+
+def _pieces(password: str) -> list[str]:
+    """`password`, and each part of it from its start or a '#', '/', '?', '@' or ':' to its
+    end or another (3 characters or more): what a parser that cuts the URL there may quote."""
+    cuts = [i for i, ch in enumerate(password) if ch in "#/?@:"]
+    starts, ends = [0, *(i + 1 for i in cuts)], [*cuts, len(password)]
+    return [password, *(password[a:b] for a in starts for b in ends if b - a >= 3)]
+
+
+def ambiguous_url(url: str) -> bool:
+    """Whether parsers may cut `url` into different user, password and host: a password
+    holding an unencoded '#', '/', '?' or '@' (a driver's message may then quote a piece of
+    it that no rule can tell from the rest)."""
+    parts = _credentials(url)
+    if parts is None or ":" not in parts[1]:
+        return False  # no password
     try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.netloc.rsplit("@", 1)[1]
-        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+        netloc = urlsplit(url).netloc
     except ValueError:
-        return "<malformed URL>"
+        return True
+    return "@" in parts[1] or netloc.rpartition("@")[0] != parts[1]
 
 
 def open_saver(url: str | None, *, write: bool, create: bool | None = None,
@@ -149,10 +199,13 @@ def open_saver(url: str | None, *, write: bool, create: bool | None = None,
     if not url:
         raise CliError(f"no checkpoint store given: pass --url URL or set {ENV_URL}", USAGE)
     shown = shown_url(url)
+    # A driver's message may quote a piece of an ambiguous URL's password: not shown then.
+    hint = _ENCODE if ambiguous_url(url) else None
     try:
         scheme = urlsplit(url).scheme
     except ValueError as exc:
-        raise CliError(f"malformed URL {shown!r} ({exc}): {_FORMATS}", UNAVAILABLE) from None
+        raise CliError(f"malformed URL {shown!r} ({hint or exc}): {_FORMATS}",
+                       UNAVAILABLE) from None
     if scheme == "memory":
         raise CliError("memory:// keeps nothing between runs: point --url at a SQLite, "
                        "PostgreSQL or Redis store", UNAVAILABLE)
@@ -174,7 +227,7 @@ def open_saver(url: str | None, *, write: bool, create: bool | None = None,
     except CheckpointerError:
         raise
     except Exception as exc:  # the driver refused the URL
-        raise CliError(f"cannot open {shown}: {_reason(exc)}", UNAVAILABLE) from exc
+        raise CliError(f"cannot open {shown}: {hint or _reason(exc)}", UNAVAILABLE) from exc
     try:
         if not create and saver.storage_version() == 0:
             raise CliError(f"no checkpoint store at {shown}: {_where(scheme)}", UNAVAILABLE)
@@ -183,11 +236,11 @@ def open_saver(url: str | None, *, write: bool, create: bool | None = None,
     except BaseException as exc:
         saver.close()
         if isinstance(exc, StoreUnavailableError):
-            reason = _reason(exc.__cause__ or exc)
+            reason = hint or _reason(exc.__cause__ or exc)
             raise CliError(f"cannot reach {shown}: {reason}", UNAVAILABLE) from exc
         if isinstance(exc, CheckpointerError | CliError) or not isinstance(exc, Exception):
             raise
-        raise CliError(f"cannot open {shown}: {_reason(exc)}", UNAVAILABLE) from exc
+        raise CliError(f"cannot open {shown}: {hint or _reason(exc)}", UNAVAILABLE) from exc
     return saver
 
 

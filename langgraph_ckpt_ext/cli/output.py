@@ -18,7 +18,7 @@ import re
 import sys
 import time
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import date, datetime
 from types import TracebackType
 from typing import IO, Any
@@ -70,6 +70,33 @@ def _json_safe(match: re.Match[str]) -> str:
         return f"\\u{code:04x}"
     code -= 0x10000  # a surrogate pair, as JSON writes characters beyond the BMP
     return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """`text` with each occurrence of each secret shown as `***`; secrets that overlap (two
+    readings of one password) hidden as one run, so that no piece of either shows."""
+    spans = sorted(
+        (at, at + len(secret)) for secret in secrets if secret
+        for at in _occurrences(text, secret)
+    )
+    runs: list[list[int]] = []
+    for start, end in spans:
+        if runs and start <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], end)
+        else:
+            runs.append([start, end])
+    parts, pos = [], 0
+    for start, end in runs:
+        parts += [text[pos:start], "***"]
+        pos = end
+    return "".join(parts) + text[pos:]
+
+
+def _occurrences(text: str, part: str) -> Iterator[int]:
+    at = text.find(part)
+    while at >= 0:
+        yield at
+        at = text.find(part, at + 1)
 
 
 def jsonable(value: Any) -> Any:
@@ -194,6 +221,11 @@ class Output:
         if color is None:
             color = _is_tty(self.stdout) and "NO_COLOR" not in os.environ
         self.color = color and not json_mode
+        self._secrets: list[str] = []
+
+    def hide(self, secrets: Iterable[str]) -> None:
+        """Never print these on stderr (passwords): each is shown as `***`."""
+        self._secrets = sorted({*self._secrets, *secrets})
 
     def table(self, rows: list[dict[str, Any]], columns: list[str]) -> None:
         """Rows as aligned columns under a header (JSON mode: the rows, whole, as an array)."""
@@ -254,9 +286,15 @@ class Output:
         self._emit(self.stderr, f"lgckpt: warning: {self._one_line(message)}")
 
     def _one_line(self, message: str) -> str:
-        return " ".join(str(message).split())  # one line, whatever the message holds
+        # the secrets first: a password may hold spaces, which the join would change
+        return " ".join(self._scrub(str(message)).split())
+
+    def _scrub(self, text: str) -> str:
+        return mask(text, self._secrets) if self._secrets else text
 
     def _emit(self, stream: IO[str], text: str, *, escape: bool = True) -> None:
+        if stream is self.stderr:
+            text = self._scrub(text)
         stream.write((printable(text) if escape else text) + "\n")
         stream.flush()
 
