@@ -1,24 +1,36 @@
-"""`lgckpt` against hostile input: passwords in URLs (never printed, whatever the URL looks
-like), and thread ids holding terminal control sequences (escaped in text, exact in JSON).
-It runs `main` in-process, which is quick."""
+"""`lgckpt` against hostile stores and input: a damaged row in one thread (the others still
+listed, exported, copied), passwords in URLs (never printed, whatever the URL looks like), and
+thread ids holding terminal control sequences (escaped in text, exact in JSON).
+
+Damage is checked through subprocesses (no cache of the writer in the way); the rest runs
+`main` in-process, which is quick."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import sqlite3
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
 
+from langgraph_ckpt_ext import connect
 from langgraph_ckpt_ext.cli import main
 from langgraph_ckpt_ext.cli.output import Output, printable
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
+from langgraph_ckpt_ext.transfer import open_jsonl
 
-from .conftest import cleanup, conf
+from .cli_serde import XorSerde
+from .conftest import PG_DSN, REDIS_URL, cleanup, conf
 from .graphs import chat_graph, human
-from .test_cli import free_port, new_store
+from .test_cli import BACKENDS, Store, free_port, lgckpt, new_store
+
+EIGHT = 8  # exit code: finished past damaged threads
 
 
 def write_chats(cp: StoreCheckpointer, *threads: str) -> None:
@@ -31,6 +43,167 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     code = main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+# -- item 3: one undecodable row -----------------------------------------------------------------
+
+
+def corrupt(s: Store, thread: str) -> None:
+    """Make the stored value of a thread's `turns` channel undecodable, through the raw
+    database (0xc1 is a byte msgpack never uses)."""
+    junk = b"\xc1\xc1"
+    if s.backend == "sqlite":
+        with sqlite3.connect(s.tmp_path / "ckpt.db") as conn:
+            n = conn.execute("UPDATE lgx_blobs SET data = ? WHERE thread_id = ? AND channel = "
+                             "'turns'", (junk, thread)).rowcount
+    elif s.backend == "postgres":
+        import asyncpg
+
+        async def update() -> str:
+            conn = await asyncpg.connect(PG_DSN)
+            try:
+                schema = s.writer.test_schema  # type: ignore[attr-defined]
+                return str(await conn.execute(
+                    f'UPDATE "{schema}".lgx_blobs SET data = $1 WHERE thread_id = $2 AND '
+                    "channel = 'turns'", junk, thread))
+            finally:
+                await conn.close()
+
+        n = int(asyncio.run(update()).split()[-1])
+    else:  # <prefix>:{<thread>}:bl, a hash: ns\0channel\0version -> base\0type\0data
+        import redis
+
+        client = redis.Redis.from_url(REDIS_URL)
+        key = f"{s.writer.test_prefix}:{{{thread}}}:bl"  # type: ignore[attr-defined]
+        try:
+            fields = [f for f in client.hkeys(key) if f.split(b"\0")[1] == b"turns"]
+            for f in fields:
+                base, type_, _ = client.hget(key, f).split(b"\0", 2)
+                client.hset(key, f, b"\0".join([base, type_, junk]))
+            n = len(fields)
+        finally:
+            client.close()
+    assert n == 1
+
+
+@pytest.fixture(params=BACKENDS)
+def damaged(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """Threads a, b, c; b's newest checkpoint cannot be decoded."""
+    s = new_store(str(request.param), tmp_path)
+    try:
+        with s.open() as cp:
+            write_chats(cp, "a", "b", "c")
+        corrupt(s, "b")
+        yield s
+    finally:
+        cleanup(s.backend, s.writer)
+
+
+def _reported(err: str, thread: str) -> None:
+    """One line on stderr names the damaged thread and the row; the last says why exit 8."""
+    lines = err.strip().splitlines()
+    named = [line for line in lines if repr(thread) in line and "channel 'turns'" in line]
+    assert len(named) == 1, err
+    assert lines[-1].startswith("lgckpt: error: ") and "--strict" in lines[-1], err
+
+
+def _damage(doc: list[dict[str, Any]], thread: str) -> None:
+    assert [d["thread_id"] for d in doc] == [thread]
+    assert "channel 'turns' at version" in doc[0]["row"]
+    assert "cannot decode" in doc[0]["error"]
+
+
+def test_store_wide_commands_go_past_a_damaged_thread(damaged: Store, tmp_path: Path) -> None:
+    url = damaged.url
+    run = lgckpt("threads", "--json", url=url)
+    assert run.code == EIGHT, run
+    rows = {r["thread_id"]: r for r in json.loads(run.out)}
+    assert {t: r["status"] for t, r in rows.items()} == {"a": "done", "b": "damaged",
+                                                          "c": "done"}
+    _damage([{k: rows["b"][k] for k in ("thread_id", "row", "error")}], "b")
+    assert rows["b"]["checkpoints"] == 3
+    _reported(run.err, "b")
+
+    backup = tmp_path / "backup.jsonl"
+    run = lgckpt("export", "-o", str(backup), "--json", url=url)
+    assert run.code == EIGHT, run
+    report = json.loads(run.out)
+    assert report["threads"] == 2 and report["checkpoints"] == 6
+    _damage(report["damaged"], "b")
+    _reported(run.err, "b")
+    with open_jsonl(backup) as source:  # a complete export of the healthy threads
+        assert source.thread_ids() == ["a", "c"]
+
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+    run = lgckpt("copy", "--to", target, "--json", url=url)
+    assert run.code == EIGHT, run
+    report = json.loads(run.out)
+    assert (report["threads_copied"], report["threads_verified"], report["ok"]) == (2, 2, True)
+    _damage(report["damaged"], "b")
+    _reported(run.err, "b")
+    with connect(target, setup=False) as cp:
+        assert cp.thread_ids() == ["a", "c"]
+
+
+def test_damage_in_text_history_and_strict(tmp_path: Path) -> None:
+    s = new_store("sqlite", tmp_path)
+    with s.open() as cp:
+        write_chats(cp, "a", "b", "c")
+        cp.fork(conf("a"), "a-fork")  # a thread the copy target holds already, then damaged
+    url, target = s.url, f"sqlite:///{tmp_path / 'copy.db'}"
+    assert lgckpt("copy", "a-fork", "--to", target, url=url).code == 0
+    corrupt(s, "b")
+    with sqlite3.connect(tmp_path / "ckpt.db") as conn:  # a-fork's copy of a's value too
+        conn.execute("UPDATE lgx_blobs SET data = x'c1' WHERE thread_id = 'a-fork' AND "
+                     "channel = 'turns'")
+
+    run = lgckpt("threads", url=url)
+    assert run.code == EIGHT, run
+    lines = run.out.splitlines()
+    assert [line.split()[0] for line in lines[1:]] == ["a", "a-fork", "b", "c"]
+    assert lines[3].split()[-1] == "damaged" and lines[4].split()[-1] == "done"
+    _reported(run.err, "b")
+
+    history = lgckpt("history", "b", "--json", url=url)
+    assert history.code == EIGHT, history
+    entries = json.loads(history.out)
+    assert [e["step"] for e in entries] == [1, 0, -1]  # every checkpoint listed
+    assert entries[0]["status"] == "damaged" and "cannot decode" in entries[0]["error"]
+    assert entries[1]["writes"] == ["messages", "turns"] and "status" not in entries[1]
+    _reported(history.err, "b")
+    assert lgckpt("history", "a", url=url).code == 0
+
+    strict = lgckpt("threads", "--strict", url=url)
+    assert strict.code == 1 and strict.out == "", strict
+    assert strict.err.count("\n") == 1 and "'a-fork'" in strict.err, strict
+    backup = tmp_path / "strict.jsonl"
+    strict = lgckpt("export", "-o", str(backup), "--strict", url=url)
+    assert strict.code == 1 and "'a-fork'" in strict.err and not backup.exists(), strict
+
+    run = lgckpt("copy", "--to", target, "--json", url=url)  # a-fork conflicts in no way
+    assert run.code == EIGHT, run
+    report = json.loads(run.out)
+    assert [d["thread_id"] for d in report["damaged"]] == ["a-fork", "b"]
+    assert report["threads_copied"] == 2
+
+
+def test_stores_of_a_custom_serializer(tmp_path: Path) -> None:
+    s = new_store("sqlite", tmp_path)
+    with s.open(serde=XorSerde()) as cp:
+        write_chats(cp, "a", "b")
+    run = lgckpt("threads", "--json", url=s.url)  # without it, every thread reads as damaged
+    assert run.code == EIGHT and "--serde" in run.err.splitlines()[-1], run
+    assert {r["status"] for r in json.loads(run.out)} == {"damaged"}
+    run = lgckpt("threads", "--json", "--serde", "tests.cli_serde:SERDE", url=s.url)
+    assert [r["status"] for r in run.json()] == ["done", "done"]
+    target = f"sqlite:///{tmp_path / 'copy.db'}"
+    run = lgckpt("--serde", "tests.cli_serde:XorSerde", "copy", "--to", target, url=s.url,
+                 script=True)  # a factory; the console script, from the repository
+    assert run.code == 0 and "2 threads copied" in run.out, run
+    with connect(target, setup=False, serde=XorSerde()) as cp:  # written with it too
+        assert cp.thread_ids() == ["a", "b"]
+    bad = lgckpt("threads", "--serde", "tests.cli_serde:_KEY", url=s.url)
+    assert bad.code == 2 and "not a serializer" in bad.err, bad
 
 
 # -- item 4: passwords in URLs --------------------------------------------------------------------

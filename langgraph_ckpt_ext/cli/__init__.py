@@ -27,6 +27,7 @@ from .common import (
     CliError,
     add_common_options,
     exit_code,
+    load_serde,
     url_secrets,
 )
 from .output import Output, mask, printable
@@ -38,12 +39,16 @@ Inspect and operate the checkpoint stores of langgraph-ckpt-ext: list threads an
 history, show and diff checkpoints, fork, prune, migrate state schemas, verify audit trails,
 copy threads between stores, import them from LangGraph's own savers, export them.
 
-Passwords in URLs are never printed; percent-encode '#', '/', '?' and '@' in them (%23, %2F,
-%3F, %40).
+A store written with a serializer of your own is read with --serde MODULE:OBJECT (an object
+with dumps_typed and loads_typed, or a class or factory that makes one). Store-wide commands
+(threads, history, copy, import, export) report a thread that cannot be decoded, go on with
+the others and exit with 8; --strict stops at the first. Passwords in URLs are never printed;
+percent-encode '#', '/', '?' and '@' in them (%23, %2F, %3F, %40).
 
 exit codes: 0 ok, 1 error, 2 usage, 3 thread or checkpoint not found, 4 conflict (target
 exists), 5 store unavailable (unreachable server, wrong URL, no store there), 6 verification
-failed"""
+failed, 7 busy (a thread was being written the whole time: retry), 8 finished past damaged
+threads (each reported on stderr)"""
 
 
 def _command_modules() -> list[ModuleType]:
@@ -81,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Output(args.json, False if args.no_color else None)
     out.hide(secrets)
     try:
+        if getattr(args, "serde", None):
+            args.serde = load_serde(args.serde, getattr(args, "path", None))
         result: int = args.run(args, out)
         return result
     except KeyboardInterrupt:

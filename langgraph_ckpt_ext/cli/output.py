@@ -16,6 +16,7 @@ import json
 import os
 import re
 import sys
+import threading
 import time
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
@@ -162,13 +163,16 @@ class Progress:
     """A progress bar on stderr, drawn at most ten times a second; `update(n)` counts `n` more
     items. Silent when `draw` is False. `total` may be set once it is known."""
 
-    def __init__(self, stream: IO[str], total: int | None, label: str, draw: bool) -> None:
+    def __init__(self, stream: IO[str], total: int | None, label: str, draw: bool,
+                 lock: threading.Lock | None = None) -> None:
         self.total = total
         self.done = 0
         self._stream = stream
         self._label = printable(label)
         self._draw = draw
         self._shown = 0.0
+        self._open = False  # the bar is drawn and the cursor stands at its end
+        self._lock = lock or threading.Lock()  # Output's: its messages come from any thread
 
     def __enter__(self) -> Progress:
         self._render(force=True)
@@ -180,12 +184,20 @@ class Progress:
     ) -> None:
         if self._draw:
             self._render(force=True)
-            self._stream.write("\n")
-            self._stream.flush()
+            with self._lock:
+                self.end_line()
 
     def update(self, n: int = 1) -> None:
         self.done += n
         self._render()
+
+    def end_line(self) -> None:
+        """End the bar's line, so that a message printed now starts a line of its own (the
+        bar is drawn again, below it, at the next update). Called holding the lock."""
+        if self._open:
+            self._stream.write("\n")
+            self._stream.flush()
+            self._open = False
 
     def _render(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -198,8 +210,10 @@ class Progress:
             bar = f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}"
         else:
             bar = str(self.done)
-        self._stream.write(f"\r{self._label} {bar}")
-        self._stream.flush()
+        with self._lock:
+            self._stream.write(f"\r{self._label} {bar}")
+            self._stream.flush()
+            self._open = True
 
 
 class Output:
@@ -222,6 +236,8 @@ class Output:
             color = _is_tty(self.stdout) and "NO_COLOR" not in os.environ
         self.color = color and not json_mode
         self._secrets: list[str] = []
+        self._bar: Progress | None = None
+        self._lock = threading.Lock()
 
     def hide(self, secrets: Iterable[str]) -> None:
         """Never print these on stderr (passwords): each is shown as `***`."""
@@ -275,7 +291,8 @@ class Output:
         """A context manager: a progress bar on stderr, drawn only when stderr is a terminal
         and not in JSON mode; `.update(n=1)` as items complete."""
         draw = not self.json_mode and _is_tty(self.stderr)
-        return Progress(self.stderr, total, label, draw)
+        self._bar = Progress(self.stderr, total, label, draw, self._lock)
+        return self._bar
 
     def error(self, message: str) -> None:
         """One line on stderr: `lgckpt: error: message`."""
@@ -295,8 +312,12 @@ class Output:
     def _emit(self, stream: IO[str], text: str, *, escape: bool = True) -> None:
         if stream is self.stderr:
             text = self._scrub(text)
-        stream.write((printable(text) if escape else text) + "\n")
-        stream.flush()
+        text = printable(text) if escape else text
+        with self._lock:
+            if stream is self.stderr and self._bar is not None:
+                self._bar.end_line()
+            stream.write(text + "\n")
+            stream.flush()
 
     def _paint(self, text: str, code: str) -> str:
         return f"{code}{text}{_RESET}" if self.color and code and text else text
