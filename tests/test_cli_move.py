@@ -282,13 +282,15 @@ def test_export_bad_input(stores: dict[str, str], tmp_path: Path) -> None:
 def test_verification_failure_exits_6() -> None:
     import io
 
+    from langgraph_ckpt_ext.cli.damage import DamageLog
     from langgraph_ckpt_ext.cli.move import _report
     from langgraph_ckpt_ext.cli.output import Output
     from langgraph_ckpt_ext.transfer import CopyReport
 
     out, err = io.StringIO(), io.StringIO()
     report = CopyReport(2, 0, 1, 6, 8, 0.5, failed=(("t-1", "checkpoint 'x' differs"),))
-    assert _report(Output(False, False, stdout=out, stderr=err), report) == 6
+    output = Output(False, False, stdout=out, stderr=err)
+    assert _report(output, report, DamageLog(output, strict=False)) == 6
     assert "2 threads copied" in out.getvalue()
     run = Run(6, out.getvalue(), err.getvalue())
     _one_line_error(run, 6, "'t-1'", "checkpoint 'x' differs", "--overwrite")

@@ -12,13 +12,25 @@ can meet into one line on stderr and an exit code (see `common`).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import sys
 import traceback
 from types import ModuleType
 
-from .common import ERROR, OK, USAGE, CliError, add_common_options, exit_code
-from .output import Output
+from .common import (
+    ENV_URL,
+    ERROR,
+    OK,
+    USAGE,
+    CliError,
+    add_common_options,
+    exit_code,
+    load_serde,
+    url_secrets,
+)
+from .output import Output, mask, printable
 
 __all__ = ["CliError", "Output", "main"]
 
@@ -27,9 +39,16 @@ Inspect and operate the checkpoint stores of langgraph-ckpt-ext: list threads an
 history, show and diff checkpoints, fork, prune, migrate state schemas, verify audit trails,
 copy threads between stores, import them from LangGraph's own savers, export them.
 
+A store written with a serializer of your own is read with --serde MODULE:OBJECT (an object
+with dumps_typed and loads_typed, or a class or factory that makes one). Store-wide commands
+(threads, history, copy, import, export) report a thread that cannot be decoded, go on with
+the others and exit with 8; --strict stops at the first. Passwords in URLs are never printed;
+percent-encode '#', '/', '?' and '@' in them (%23, %2F, %3F, %40).
+
 exit codes: 0 ok, 1 error, 2 usage, 3 thread or checkpoint not found, 4 conflict (target
 exists), 5 store unavailable (unreachable server, wrong URL, no store there), 6 verification
-failed"""
+failed, 7 busy (a thread was being written the whole time: retry), 8 finished past damaged
+threads (each reported on stderr)"""
 
 
 def _command_modules() -> list[ModuleType]:
@@ -58,15 +77,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run `lgckpt` with `argv` (default: the process's arguments); the exit code."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, --version, or a usage error argparse reported
-        return exc.code if isinstance(exc.code, int) else (OK if exc.code is None else USAGE)
-    out = Output(args.json, False if args.no_color else None)
-    try:
-        code: int = args.run(args, out)
+    argv = sys.argv[1:] if argv is None else argv
+    secrets = [s for arg in [*argv, os.environ.get(ENV_URL) or ""] if "://" in arg
+               for s in url_secrets(arg)]
+    args, code = _parse(argv, secrets)
+    if args is None:
         return code
+    out = Output(args.json, False if args.no_color else None)
+    out.hide(secrets)
+    try:
+        if getattr(args, "serde", None):
+            args.serde = load_serde(args.serde, getattr(args, "path", None))
+        result: int = args.run(args, out)
+        return result
     except KeyboardInterrupt:
         out.error("interrupted")
         return 130
@@ -79,10 +102,27 @@ def main(argv: list[str] | None = None) -> int:
             out.error(str(exc))
             return code_for
         if os.environ.get("LGCKPT_DEBUG"):
-            traceback.print_exc()
+            for line in traceback.format_exc().splitlines():
+                out.note(line)
         out.error(f"unexpected {type(exc).__name__}: {exc} (set LGCKPT_DEBUG=1 to see the "
                   "traceback, and please report it)")
         return ERROR
+
+
+def _parse(argv: list[str], secrets: list[str]) -> tuple[argparse.Namespace | None, int]:
+    """The parsed arguments, or None and the exit code (after --help, --version, or a usage
+    error, whose message may quote an argument: printed without passwords or control
+    characters)."""
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            return build_parser().parse_args(argv), OK
+    except SystemExit as exc:
+        return None, exc.code if isinstance(exc.code, int) else (
+            OK if exc.code is None else USAGE)
+    finally:
+        text = mask(said.getvalue(), secrets)
+        sys.stderr.write("".join(f"{printable(line)}\n" for line in text.splitlines()))
 
 
 def _silence_stdout() -> None:

@@ -1,14 +1,18 @@
 """What every `lgckpt` command shares: exit codes, the error type, the common options, and
-opening the store a URL names."""
+opening the store a URL names (and never printing its password)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
+import re
+import sys
 import textwrap
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, unquote_plus, urlsplit
 
 from ..core.errors import (
     CheckpointerError,
@@ -19,8 +23,11 @@ from ..core.errors import (
     StoreUnavailableError,
     ThreadExistsError,
 )
+from .output import mask
 
 if TYPE_CHECKING:
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+
     from ..core.saver import StoreCheckpointer
 
 OK = 0
@@ -52,6 +59,13 @@ _FORMATS = (
     "use sqlite:///path.db, postgresql://user@host/db[?schema=NAME] or "
     "redis://host:6379/0[?key_prefix=NAME]"
 )
+SERDE_HELP = (
+    "the serializer the store was written with, if not the default: an object with dumps_typed "
+    "and loads_typed, or a class or factory that makes one, imported from the current "
+    "directory (e.g. myapp.store:SERDE); it reads and writes every store the command opens"
+)
+_ENCODE = ("if the password holds '#', '/', '?' or '@', percent-encode them (%23, %2F, %3F, "
+           "%40)")
 
 
 class CliError(Exception):
@@ -86,7 +100,7 @@ def exit_code(exc: BaseException) -> int | None:
 
 def add_common_options(parser: argparse.ArgumentParser, *, url: bool = True,
                        top: bool = False) -> None:
-    """`--url` (unless `url` is False), `--json`, `--no-color`.
+    """`--url` and `--serde` (unless `url` is False), `--json`, `--no-color`.
 
     They are accepted before the command (`top`: the main parser, which holds the defaults)
     and after it (a command's parser, whose options only override what was given)."""
@@ -94,10 +108,19 @@ def add_common_options(parser: argparse.ArgumentParser, *, url: bool = True,
     if url:
         parser.add_argument("--url", metavar="URL", default=os.environ.get(ENV_URL) if top
                             else keep, help=URL_HELP)
+        parser.add_argument("--serde", metavar="MODULE:OBJECT", default=None if top else keep,
+                            help=SERDE_HELP)
     parser.add_argument("--json", action="store_true", default=False if top else keep,
                         help="print JSON on stdout (tables as arrays of objects)")
     parser.add_argument("--no-color", action="store_true", default=False if top else keep,
                         help="no colour (also: the NO_COLOR environment variable)")
+
+
+def add_strict(parser: argparse.ArgumentParser) -> None:
+    """`--strict`, for a command that reads many threads (see `damage.DamageLog`)."""
+    parser.add_argument("--strict", action="store_true",
+                        help="stop at the first damaged thread (exit 1) instead of reporting "
+                             "it, going on, and exiting with 8 at the end")
 
 
 def add_command(
@@ -122,37 +145,135 @@ def add_command(
 # -- opening a store ---------------------------------------------------------------------------
 
 
+# A password is hidden as every parser may read it: urlsplit's (the host ends at the first
+# '#', '/' or '?'), and all from "://" to the URL's *last* '@' (what one holding those, or an
+# '@', unencoded, really is), with the pieces a driver may cut it into. Hiding too much in
+# an odd URL beats printing a piece of a password.
+_QUERY_SECRET = re.compile(r"([?&;][^=&#]*(?:pass|pwd|secret|token)[^=&#]*=)([^&]*)", re.I)
+
+
+def _credentials(url: str) -> tuple[str, str, str] | None:
+    """(up to the user, user[:password], from the last '@') of `url`; None without a '@', or
+    for a file (a SQLite path may hold both ':' and '@')."""
+    start = url.find("://")
+    start = 0 if start < 0 else start + 3
+    at = url.rfind("@")
+    if at < start or url[:start].lower().endswith("sqlite://"):
+        return None
+    return url[:start], url[start:at], url[at:]
+
+
 def shown_url(url: str) -> str:
-    """`url` fit for a message: its password replaced by `***`."""
+    """`url` fit for a message: its password, and query parameters that hold one
+    (`?password=`), shown as `***`, whatever the URL looks like."""
+    return mask(url, url_secrets(url))
+
+
+def url_secrets(url: str) -> list[str]:
+    """What in `url` must never be printed: the password (as written, decoded, and each piece
+    a parser may cut it into) and the values of query parameters that hold one."""
+    found = [m.group(2) for m in _QUERY_SECRET.finditer(url)]
+    parts = _credentials(url)
+    if parts is not None and ":" in parts[1]:
+        found += _pieces(parts[1].split(":", 1)[1])
+    with contextlib.suppress(ValueError):
+        found.append(urlsplit(url).password or "")
+    return sorted({v for s in found for v in (s, unquote(s), unquote_plus(s)) if v})
+
+
+def _pieces(password: str) -> list[str]:
+    """`password`, and each part of it from its start or a '#', '/', '?', '@' or ':' to its
+    end or another (3 characters or more): what a parser that cuts the URL there may quote."""
+    cuts = [i for i, ch in enumerate(password) if ch in "#/?@:"]
+    starts, ends = [0, *(i + 1 for i in cuts)], [*cuts, len(password)]
+    return [password, *(password[a:b] for a in starts for b in ends if b - a >= 3)]
+
+
+def ambiguous_url(url: str) -> bool:
+    """Whether parsers may cut `url` into different user, password and host: a password
+    holding an unencoded '#', '/', '?' or '@' (a driver's message may then quote a piece of
+    it that no rule can tell from the rest)."""
+    parts = _credentials(url)
+    if parts is None or ":" not in parts[1]:
+        return False  # no password
     try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.netloc.rsplit("@", 1)[1]
-        return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+        netloc = urlsplit(url).netloc
     except ValueError:
-        return "<malformed URL>"
+        return True
+    return "@" in parts[1] or netloc.rpartition("@")[0] != parts[1]
+
+
+def import_object(spec: str, option: str, dirs: Sequence[str], *, example: str,
+                  hint: str) -> Any:
+    """The object `MODULE:ATTR` names, MODULE imported with `dirs` first on the path; errors
+    name `option`, show `example` and, for a module not found, say `hint`."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise CliError(f"{option} {spec!r}: write MODULE:ATTR, e.g. {example}", USAGE)
+    sys.path[:0] = [os.path.abspath(d) for d in dirs]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CliError(f"{option}: cannot import {module_name!r} ({exc}): {hint}",
+                       USAGE) from exc
+    except Exception as exc:
+        raise CliError(f"{option}: importing {module_name!r} failed: {type(exc).__name__}: "
+                       f"{exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise CliError(f"{option}: {module_name!r} has no attribute {attr!r}", USAGE)
+        obj = getattr(obj, part)
+    return obj
+
+
+def load_serde(spec: str, dirs: Sequence[str] | None = None) -> SerializerProtocol:
+    """The serializer `--serde MODULE:OBJECT` names (MODULE imported from `dirs`, default the
+    current directory): the object itself, or what calling it (a class, a factory) returns."""
+    obj = import_object(spec, "--serde", dirs or ["."], example="myapp.store:SERDE",
+                        hint="run lgckpt from the directory that holds it, or add that "
+                             "directory to PYTHONPATH")
+    if isinstance(obj, type) or (callable(obj) and not _is_serde(obj)):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise CliError(f"--serde: calling {spec} failed: {type(exc).__name__}: {exc}",
+                           USAGE) from exc
+    if not _is_serde(obj):
+        raise CliError(f"--serde: {spec} gives a {type(obj).__name__}, not a serializer (an "
+                       "object with dumps_typed and loads_typed)", USAGE)
+    serde: SerializerProtocol = obj
+    return serde
+
+
+def _is_serde(obj: Any) -> bool:
+    return all(callable(getattr(obj, m, None)) for m in ("dumps_typed", "loads_typed"))
 
 
 def open_saver(url: str | None, *, write: bool, create: bool | None = None,
-               **options: Any) -> StoreCheckpointer:
+               serde: SerializerProtocol | None = None, **options: Any) -> StoreCheckpointer:
     """The checkpointer for the store `url` names (close it when done: it is a context
     manager).
 
     A reader (`write=False`) creates and changes nothing: the tables or key layout must be
     there. A writer sets the storage up (creates or upgrades it, as the checkpointers do when
-    they open); with `create=False` it too needs a store that is there already. `options` go
-    to `connect`. Raises `CliError`: `USAGE` without a URL, `UNAVAILABLE` for a URL of no
-    store this package can open, a server that cannot be reached, or no checkpoint store at
-    that place.
+    they open); with `create=False` it too needs a store that is there already. `serde` (when
+    given) and `options` go to `connect`. Raises `CliError`: `USAGE` without a URL,
+    `UNAVAILABLE` for a URL of no store this package can open, a server that cannot be
+    reached, or no checkpoint store at that place.
     """
     if not url:
         raise CliError(f"no checkpoint store given: pass --url URL or set {ENV_URL}", USAGE)
     shown = shown_url(url)
+    # A driver's message may quote a piece of an ambiguous URL's password: not shown then.
+    hint = _ENCODE if ambiguous_url(url) else None
+    if serde is not None:
+        options["serde"] = serde
     try:
         scheme = urlsplit(url).scheme
     except ValueError as exc:
-        raise CliError(f"malformed URL {shown!r} ({exc}): {_FORMATS}", UNAVAILABLE) from None
+        raise CliError(f"malformed URL {shown!r} ({hint or exc}): {_FORMATS}",
+                       UNAVAILABLE) from None
     if scheme == "memory":
         raise CliError("memory:// keeps nothing between runs: point --url at a SQLite, "
                        "PostgreSQL or Redis store", UNAVAILABLE)
@@ -174,7 +295,7 @@ def open_saver(url: str | None, *, write: bool, create: bool | None = None,
     except CheckpointerError:
         raise
     except Exception as exc:  # the driver refused the URL
-        raise CliError(f"cannot open {shown}: {_reason(exc)}", UNAVAILABLE) from exc
+        raise CliError(f"cannot open {shown}: {hint or _reason(exc)}", UNAVAILABLE) from exc
     try:
         if not create and saver.storage_version() == 0:
             raise CliError(f"no checkpoint store at {shown}: {_where(scheme)}", UNAVAILABLE)
@@ -183,11 +304,11 @@ def open_saver(url: str | None, *, write: bool, create: bool | None = None,
     except BaseException as exc:
         saver.close()
         if isinstance(exc, StoreUnavailableError):
-            reason = _reason(exc.__cause__ or exc)
+            reason = hint or _reason(exc.__cause__ or exc)
             raise CliError(f"cannot reach {shown}: {reason}", UNAVAILABLE) from exc
         if isinstance(exc, CheckpointerError | CliError) or not isinstance(exc, Exception):
             raise
-        raise CliError(f"cannot open {shown}: {_reason(exc)}", UNAVAILABLE) from exc
+        raise CliError(f"cannot open {shown}: {hint or _reason(exc)}", UNAVAILABLE) from exc
     return saver
 
 
@@ -223,3 +344,9 @@ def _where(scheme: str) -> str:
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def quoted_names(ids: Sequence[str], show: int = 5) -> str:
+    """`'a', 'b' and 3 more`."""
+    text = ", ".join(repr(t) for t in ids[:show])
+    return text + (f" and {len(ids) - show} more" if len(ids) > show else "")

@@ -5,12 +5,10 @@ public methods; what they print is built here."""
 from __future__ import annotations
 
 import argparse
-import importlib
-import os
+import dataclasses
 import re
 import reprlib
-import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ThreadNotFoundError
@@ -21,10 +19,14 @@ from .common import (
     VERIFY_FAILED,
     CliError,
     add_command,
+    add_strict,
+    import_object,
     open_saver,
+    quoted_names,
     shown_url,
 )
-from .output import Output, human_bytes
+from .damage import DAMAGE, DamageLog
+from .output import Output, human_bytes, printable
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -32,8 +34,10 @@ if TYPE_CHECKING:
     from ..core.rows import StoredSize
     from ..core.saver import StoreCheckpointer
     from ..migrations import SchemaChain
+    from ..migrations.runner import MigrationReport
     from ..timetravel.audit import AuditReport
-    from ..timetravel.history import Inspection
+    from ..timetravel.diff import StateDiff
+    from ..timetravel.history import HistoryEntry, Inspection
 
 # LangGraph's checkpoint ids are UUIDs; a thread id may hold ':' (`user:42`).
 _CHECKPOINT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
@@ -157,18 +161,31 @@ def _threads(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="List the store's threads in id order, a page at a time: checkpoints "
         "stored (every namespace), bytes stored, the time of the newest checkpoint, and the "
         "status at it (awaiting human: paused at interrupt(); error: a task failed; done: "
-        "nothing left to run; running: nodes are due).",
+        "nothing left to run; running: nodes are due; damaged: it cannot be decoded, see "
+        "stderr and the exit code 8).",
         example="lgckpt threads --url sqlite:///agent.db --limit 20\n"
                 "lgckpt threads --after t-0420 --json",
     )
     _add_paging(p, 100)
+    add_strict(p)
     p.set_defaults(run=run_threads)
 
 
-def thread_summary(saver: StoreCheckpointer, thread_id: str) -> dict[str, Any] | None:
-    """A row of `threads`: the thread's totals and its status (None: nothing stored)."""
-    totals = _totals(saver.sizes(thread_id))
-    state = _latest(saver, thread_id)
+def thread_summary(saver: StoreCheckpointer, thread_id: str, damage: DamageLog | None = None
+                   ) -> dict[str, Any] | None:
+    """A row of `threads`: the thread's totals and its status (None: nothing stored). A
+    thread that cannot be decoded is reported to `damage` (if given) and listed as `damaged`,
+    with the row and error."""
+    totals = _totals(saver.sizes(thread_id))  # read natively: no value decoded
+    try:
+        state = _latest(saver, thread_id)
+    except DAMAGE as exc:
+        if damage is None:
+            raise
+        found = damage.record(thread_id, exc)
+        return {"thread_id": thread_id, "checkpoints": totals["checkpoints"],
+                "bytes": totals["bytes"], "last_update": None, "status": "damaged",
+                "checkpoint_id": None, "next": [], "row": found.row, "error": found.error}
     if state is None and not totals["checkpoints"]:
         return None  # gone since it was listed (deleted, expired)
     return {
@@ -183,18 +200,19 @@ def thread_summary(saver: StoreCheckpointer, thread_id: str) -> dict[str, Any] |
 
 
 def run_threads(args: argparse.Namespace, out: Output) -> int:
-    with open_saver(args.url, write=False) as saver:
+    damage = DamageLog(out, args.strict)
+    with open_saver(args.url, write=False, serde=args.serde) as saver:
         page, more = _page(saver.thread_ids(), args.after, args.limit)
         rows = []
         with out.progress(len(page), "reading threads") as bar:
             for thread_id in page:
-                row = thread_summary(saver, thread_id)
+                row = thread_summary(saver, thread_id, damage)
                 if row is not None:
                     rows.append(row)
                 bar.update()
     out.table(rows, ["thread_id", "checkpoints", "bytes", "last_update", "status"])
     _more(out, more, page)
-    return OK
+    return damage.finish(OK)
 
 
 # -- history --------------------------------------------------------------------------------------
@@ -205,7 +223,8 @@ def _history(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         sub, "history", help="a thread's checkpoints, newest first",
         description="A thread's checkpoints, newest first: id, step, source, the nodes due "
         "next, time, and the channels of the pending writes stored with each (the writes of "
-        "the step that ran from it).",
+        "the step that ran from it). A checkpoint whose values cannot be decoded is listed as "
+        "damaged (reported on stderr; exit code 8).",
         example="lgckpt history t-1 --limit 10\n"
                 "lgckpt history t-1 --subgraphs --json",
     )
@@ -218,22 +237,43 @@ def _history(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        help="a subgraph's namespace (default: the root graph's)")
     where.add_argument("--subgraphs", action="store_true",
                        help="every namespace: the root graph's and its subgraphs'")
+    add_strict(p)
     p.set_defaults(run=run_history)
 
 
 def run_history(args: argparse.Namespace, out: Output) -> int:
-    with open_saver(args.url, write=False) as saver:
-        entries = list(saver.history(
-            args.thread, limit=args.limit, before=args.before, checkpoint_ns=args.ns,
-            subgraphs=args.subgraphs,
-        ))
-        if not entries and args.before is None:
+    damage = DamageLog(out, args.strict, noun="checkpoint", done="listed without its values")
+    with open_saver(args.url, write=False, serde=args.serde) as saver:
+        try:
+            rows = [_history_row(e) for e in _entries(saver, args, metadata_only=False)]
+        except DAMAGE as exc:
+            if args.strict:
+                damage.record(args.thread, exc)
+            rows = _history_one_by_one(saver, args, damage)
+        if not rows and args.before is None:
             if args.ns and _latest(saver, args.thread) is not None:
                 raise ThreadNotFoundError(
                     f"thread {args.thread!r} has no checkpoint in namespace {args.ns!r}: "
                     "`lgckpt history THREAD --subgraphs` lists the namespaces")
             raise _not_found(args.thread)
-    rows = [{
+    columns = ["checkpoint_id", "step", "source", "next", "time", "writes"]
+    if args.subgraphs:
+        columns.insert(1, "checkpoint_ns")
+    if damage.found:
+        columns.append("status")
+    out.table(rows, columns)
+    return damage.finish(OK)
+
+
+def _entries(saver: StoreCheckpointer, args: argparse.Namespace, *, metadata_only: bool
+             ) -> Iterator[HistoryEntry]:
+    return saver.history(args.thread, limit=args.limit, before=args.before,
+                         checkpoint_ns=args.ns, subgraphs=args.subgraphs,
+                         metadata_only=metadata_only)
+
+
+def _history_row(e: HistoryEntry) -> dict[str, Any]:
+    return {
         "checkpoint_id": e.checkpoint_id,
         "checkpoint_ns": e.checkpoint_ns,
         "parent_checkpoint_id": e.parent_checkpoint_id,
@@ -243,12 +283,37 @@ def run_history(args: argparse.Namespace, out: Output) -> int:
         "time": e.created_at,
         "writes": list(dict.fromkeys(ch for _, ch, _ in e.pending_writes or ())),
         "metadata": e.metadata,
-    } for e in entries]
-    columns = ["checkpoint_id", "step", "source", "next", "time", "writes"]
-    if args.subgraphs:
-        columns.insert(1, "checkpoint_ns")
-    out.table(rows, columns)
-    return OK
+    }
+
+
+def _history_one_by_one(saver: StoreCheckpointer, args: argparse.Namespace,
+                        damage: DamageLog) -> list[dict[str, Any]]:
+    """The history of a damaged thread: its checkpoints listed from their records (no value
+    decoded), each then read alone; one that cannot be is listed as damaged."""
+    from ..timetravel.history import next_nodes
+
+    rows: list[dict[str, Any]] = []
+    entries = iter(_entries(saver, args, metadata_only=True))
+    while True:
+        try:
+            entry = next(entries, None)
+        except DAMAGE as exc:  # a checkpoint record itself: the listing cannot go past it
+            damage.record(args.thread, exc)
+            return rows
+        if entry is None:
+            return rows
+        row = _history_row(entry)
+        try:
+            tup = saver.get_tuple(entry.config)
+        except DAMAGE as exc:
+            found = damage.record(args.thread, exc, entry.checkpoint_id)
+            rows.append({**row, "next": None, "writes": None, "status": "damaged",
+                         "row": found.row, "error": found.error})
+            continue
+        if tup is not None:
+            row["next"] = list(next_nodes(tup.checkpoint))
+            row["writes"] = list(dict.fromkeys(ch for _, ch, _ in tup.pending_writes or ()))
+        rows.append(row)
 
 
 # -- show -----------------------------------------------------------------------------------------
@@ -293,7 +358,7 @@ def inspection_dict(state: Inspection) -> dict[str, Any]:
 
 
 def run_show(args: argparse.Namespace, out: Output) -> int:
-    with open_saver(args.url, write=False) as saver:
+    with open_saver(args.url, write=False, serde=args.serde) as saver:
         state = saver.inspect(_config(args.thread, args.ns, args.checkpoint))
     doc = inspection_dict(state)
     if out.json_mode:
@@ -378,13 +443,25 @@ def checkpoint_ref(text: str) -> tuple[str, str | None]:
 
 def run_diff(args: argparse.Namespace, out: Output) -> int:
     a, b = checkpoint_ref(args.a), checkpoint_ref(args.b)
-    with open_saver(args.url, write=False) as saver:
+    with open_saver(args.url, write=False, serde=args.serde) as saver:
         diff = saver.diff(_config(a[0], "", a[1]), _config(b[0], "", b[1]))
     if out.json_mode:
         out.json(diff.to_dict())
     else:
-        out.line(diff.to_text())
+        out.lines(_printable_diff(diff).to_text())
     return OK
+
+
+def _printable_diff(diff: StateDiff) -> StateDiff:
+    """`diff` with the thread ids and keys its text shows raw escaped: one may hold a
+    newline, which would start a line of its own."""
+    def key(k: Any) -> Any:
+        return printable(k) if isinstance(k, str) else k
+
+    return dataclasses.replace(
+        diff, labels=(printable(diff.labels[0]), printable(diff.labels[1])) if diff.labels
+        else None, changes=[dataclasses.replace(c, path=tuple(map(key, c.path)))
+                            for c in diff.changes])
 
 
 # -- fork -----------------------------------------------------------------------------------------
@@ -407,7 +484,7 @@ def _fork(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_fork(args: argparse.Namespace, out: Output) -> int:
-    with open_saver(args.url, write=True, create=False) as saver:
+    with open_saver(args.url, write=True, create=False, serde=args.serde) as saver:
         head = saver.fork(_config(args.thread, "", args.checkpoint), args.to)
     conf = head["configurable"]
     result = {"source_thread_id": args.thread, "checkpoint_id": conf["checkpoint_id"],
@@ -471,7 +548,7 @@ def _prune_row(saver: StoreCheckpointer, thread_id: str, args: argparse.Namespac
 
 
 def run_prune(args: argparse.Namespace, out: Output) -> int:
-    with open_saver(args.url, write=not args.dry_run, create=False) as saver:
+    with open_saver(args.url, write=not args.dry_run, create=False, serde=args.serde) as saver:
         threads = _threads_of(saver, args.threads, args.all, args.url)
         rows = [r for r in (_prune_row(saver, t, args) for t in threads) if r is not None]
         todo = [r["thread_id"] for r in rows if r["removed"]]
@@ -522,23 +599,8 @@ def load_chain(spec: str, dirs: Sequence[str] | None) -> SchemaChain:
     path."""
     from ..migrations import SchemaChain
 
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise CliError(f"--chain {spec!r}: write MODULE:ATTR, e.g. myapp.state:CHAIN", USAGE)
-    sys.path[:0] = [os.path.abspath(d) for d in dirs or ["."]]
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise CliError(f"--chain: cannot import {module_name!r} ({exc}): add its directory "
-                       "with --path DIR", USAGE) from exc
-    except Exception as exc:
-        raise CliError(f"--chain: importing {module_name!r} failed: {type(exc).__name__}: "
-                       f"{exc}") from exc
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise CliError(f"--chain: {module_name!r} has no attribute {attr!r}", USAGE)
-        obj = getattr(obj, part)
+    obj = import_object(spec, "--chain", dirs or ["."], example="myapp.state:CHAIN",
+                        hint="add its directory with --path DIR")
     if not isinstance(obj, SchemaChain):
         raise CliError(f"--chain: {spec} is a {type(obj).__name__}, not a SchemaChain", USAGE)
     return obj
@@ -546,7 +608,8 @@ def load_chain(spec: str, dirs: Sequence[str] | None) -> SchemaChain:
 
 def run_migrate(args: argparse.Namespace, out: Output) -> int:
     chain = load_chain(args.chain, args.path)
-    with open_saver(args.url, write=not args.dry_run, create=False, schema_chain=chain) as saver:
+    with open_saver(args.url, write=not args.dry_run, create=False, serde=args.serde,
+                    schema_chain=chain) as saver:
         threads = _threads_of(saver, args.threads, False, args.url) if args.threads else None
         with out.progress(len(threads) if threads else None, "migrating threads") as bar:
 
@@ -558,8 +621,16 @@ def run_migrate(args: argparse.Namespace, out: Output) -> int:
     if out.json_mode:
         out.json(report)
     else:
-        out.line(report.summary())
+        out.lines(_printable_migration(report).summary())
     return OK
+
+
+def _printable_migration(report: MigrationReport) -> MigrationReport:
+    """`report` with the ids its summary shows raw escaped (see `_printable_diff`)."""
+    return dataclasses.replace(report, changes=[
+        dataclasses.replace(c, thread_id=printable(c.thread_id),
+                            checkpoint_ns=printable(c.checkpoint_ns))
+        for c in report.changes])
 
 
 # -- verify ---------------------------------------------------------------------------------------
@@ -606,7 +677,7 @@ def audit_row(report: AuditReport) -> dict[str, Any]:
 
 def run_verify(args: argparse.Namespace, out: Output) -> int:
     reports = []
-    with open_saver(args.url, write=False) as saver:
+    with open_saver(args.url, write=False, serde=args.serde) as saver:
         threads = _threads_of(saver, args.threads, args.all, args.url)
         with out.progress(len(threads), "verifying") as bar:
             for thread_id in threads:
@@ -622,20 +693,23 @@ def run_verify(args: argparse.Namespace, out: Output) -> int:
     unaudited = [r["thread_id"] for r in rows if not r["audited"]]
     if not out.json_mode:
         for report in failed:
-            out.line(str(report))
+            out.lines(str(_printable_audit(report)))
     if unaudited:
-        out.error(f"{len(unaudited)} thread(s) hold no audit trail ({_names(unaudited)}): they "
+        out.error(f"{len(unaudited)} thread(s) hold no audit trail ({quoted_names(unaudited)}): they "
                   "were written with audit off; write with audit=True (e.g. connect(url, "
                   "audit=True)) to record one")
     if failed:
         out.error(f"verification failed for {len(failed)} of {len(rows)} thread(s): "
-                  f"{_names([r.thread_id for r in failed])}")
+                  f"{quoted_names([r.thread_id for r in failed])}")
     return VERIFY_FAILED if failed or unaudited else OK
 
 
-def _names(ids: Sequence[str], show: int = 5) -> str:
-    text = ", ".join(repr(t) for t in ids[:show])
-    return text + (f" and {len(ids) - show} more" if len(ids) > show else "")
+def _printable_audit(report: AuditReport) -> AuditReport:
+    """`report` with what its text shows raw escaped (see `_printable_diff`)."""
+    return dataclasses.replace(report, problems=[
+        dataclasses.replace(p, checkpoint_ns=printable(p.checkpoint_ns),
+                            detail=printable(p.detail))
+        for p in report.problems])
 
 
 # -- stats ----------------------------------------------------------------------------------------
@@ -656,7 +730,7 @@ def _stats(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_stats(args: argparse.Namespace, out: Output) -> int:
-    with open_saver(args.url, write=False) as saver:
+    with open_saver(args.url, write=False, serde=args.serde) as saver:
         if args.thread is not None:
             return _thread_stats(saver, args.thread, out)
         page, more = _page(saver.thread_ids(), args.after, args.limit)

@@ -11,19 +11,27 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import datetime as dt
+import io
+import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, TYPE_CHECKING, Any
 
-from ..core.errors import InvalidConfigError, MissingDependencyError
+from ..core.errors import InvalidConfigError, MissingDependencyError, ThreadExistsError
 from ..transfer import (
+    FORMAT,
+    FORMAT_VERSION,
     CopyReport,
+    ExportReport,
     copy_threads,
     export_threads,
     named_threads,
     open_jsonl,
     open_official,
+    thread_ids,
 )
 from .common import (
     ERROR,
@@ -33,9 +41,11 @@ from .common import (
     VERIFY_FAILED,
     CliError,
     add_command,
+    add_strict,
     open_saver,
     shown_url,
 )
+from .damage import DAMAGE, DamageLog, SkipDamaged
 from .output import Output
 
 if TYPE_CHECKING:
@@ -73,12 +83,15 @@ def _copy_options(p: argparse.ArgumentParser) -> None:
                    help="a class of your state the source's values may construct (repeat "
                         "for more); others are refused in a file, read as plain data "
                         "elsewhere")
+    add_strict(p)
 
 
-def _serde(allowed: Sequence[str]) -> SerializerProtocol | None:
-    """Our strict serializer, allowing the classes `--allow-type` names (None: none named)."""
+def _serde(allowed: Sequence[str], given: SerializerProtocol | None
+           ) -> SerializerProtocol | None:
+    """The serializer the source is read with: `--serde`'s (None: the default), allowing the
+    classes `--allow-type` names (our strict one when no `--serde`)."""
     if not allowed:
-        return None
+        return given
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     from ..core.saver import strict_serde
@@ -90,37 +103,54 @@ def _serde(allowed: Sequence[str]) -> SerializerProtocol | None:
             raise CliError(f"--allow-type {spec!r}: give MODULE.NAME, e.g. myapp.state.Plan",
                            USAGE)
         pairs.append((module, name))
-    serde = strict_serde()
-    assert isinstance(serde, JsonPlusSerializer)
+    serde = strict_serde() if given is None else given
+    if not isinstance(serde, JsonPlusSerializer):
+        raise CliError("--allow-type works with LangGraph's serializer: allow the types in "
+                       "your --serde instead", USAGE)
     return serde.with_msgpack_allowlist(pairs)
 
 
-def _options(serde: SerializerProtocol | None) -> dict[str, Any]:
-    return {} if serde is None else {"serde": serde}
-
-
-def _threads(source: BaseCheckpointSaver[Any], names: Sequence[str], where: str
-             ) -> list[str] | None:
-    """The threads named, each checked to be in the source (None: all of them)."""
+def _healthy(source: BaseCheckpointSaver[Any], names: Sequence[str], where: str,
+             damage: DamageLog) -> list[str]:
+    """The threads named (each checked to be in the source) or, with none named, every one;
+    a named thread found damaged meanwhile is reported and left out."""
     if not names:
-        return None
-    return named_threads(source, names, where,
-                         " (`lgckpt threads` lists a store's), or name none to copy every thread")
+        return thread_ids(source)
+    hint = " (`lgckpt threads` lists a store's), or name none to copy every thread"
+    kept = []
+    for name in dict.fromkeys(names):
+        try:
+            kept += named_threads(source, [name], where, hint)
+        except DAMAGE as exc:
+            damage.record(str(name), exc)
+    return kept
 
 
-def _run_copy(out: Output, source: BaseCheckpointSaver[Any], target: BaseCheckpointSaver[Any],
-              threads: list[str] | None, args: argparse.Namespace) -> CopyReport:
+def _run_copy(out: Output, source: SkipDamaged, target: BaseCheckpointSaver[Any],
+              args: argparse.Namespace) -> CopyReport:
     with out.progress(None, "copying threads") as bar:
 
         def step(done: int, total: int) -> None:
             bar.total = total
             bar.update(done - bar.done)
 
-        return copy_threads(source, target, threads, overwrite=args.overwrite,
+        return copy_threads(source, target, None, overwrite=args.overwrite,
                             concurrency=args.concurrency, progress=step)
 
 
-def _report(out: Output, report: CopyReport) -> int:
+def _copy_past_damage(out: Output, source: SkipDamaged, target: BaseCheckpointSaver[Any],
+                      args: argparse.Namespace, damage: DamageLog) -> CopyReport:
+    try:
+        return _run_copy(out, source, target, args)
+    except ThreadExistsError:
+        if not damage.found:
+            raise
+        # A damaged thread the target holds read as empty, so as differing from it; that
+        # is found before anything is written. The source now lists it no more: again.
+        return _run_copy(out, source, target, args)
+
+
+def _report(out: Output, report: CopyReport, damage: DamageLog) -> int:
     if report.blocked_types:
         out.warn(
             f"values of {', '.join(report.blocked_types)} were read as plain data (their "
@@ -129,7 +159,8 @@ def _report(out: Output, report: CopyReport) -> int:
         )
     if out.json_mode:
         out.json({**dataclasses.asdict(report), "ok": report.ok,
-                  "threads_per_second": round(report.threads_per_second, 1)})
+                  "threads_per_second": round(report.threads_per_second, 1),
+                  "damaged": damage.as_json()})
     else:
         out.line(report.summary())
     if not report.ok:
@@ -138,8 +169,8 @@ def _report(out: Output, report: CopyReport) -> int:
             f"{len(report.failed)} threads read back different from the source (first: {tid!r}: "
             f"{why}): run the command again with --overwrite to copy them whole"
         )
-        return VERIFY_FAILED
-    return OK
+        return damage.finish(VERIFY_FAILED)
+    return damage.finish(OK)
 
 
 # -- copy -------------------------------------------------------------------------------------
@@ -154,7 +185,8 @@ def _copy(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "it again after an interruption and it resumes (threads already copied are skipped, "
         "one cut short is completed). A thread the target holds with other content "
         "is refused before anything is written, unless --overwrite. At the end every thread "
-        "copied is read back and compared with the source (exit 6 if one differs).",
+        "copied is read back and compared with the source (exit 6 if one differs). A thread "
+        "of the source that cannot be decoded is reported and skipped (exit 8 at the end).",
         example="lgckpt copy --url sqlite:///agent.db --to 'postgresql://db/app?schema=agents'\n"
                 "lgckpt copy --url redis://old:6379/0 --to redis://new:6379/0 t-1 t-2 "
                 "--overwrite",
@@ -166,18 +198,19 @@ def _copy(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_copy(args: argparse.Namespace, out: Output) -> int:
-    serde = _serde(args.allow_type)
-    with open_saver(args.url, write=False, **_options(serde)) as source:
+    serde = _serde(args.allow_type, args.serde)
+    with open_saver(args.url, write=False, serde=serde) as source:
         return _copy_into(out, args, source, shown_url(args.url or ""), args.to)
 
 
 def _copy_into(out: Output, args: argparse.Namespace, source: BaseCheckpointSaver[Any],
                where: str, to: str | None) -> int:
     """`copy` and `import` once their source is open: the threads checked in it before the
-    target is opened (set up if need be), then copied."""
-    threads = _threads(source, args.threads, where)
-    with open_saver(to, write=True) as target:
-        return _report(out, _run_copy(out, source, target, threads, args))
+    target is opened (set up if need be, written with `--serde` too), then copied."""
+    damage = DamageLog(out, args.strict)
+    threads = SkipDamaged(source, _healthy(source, args.threads, where, damage), damage)
+    with open_saver(to, write=True, serde=args.serde) as target:
+        return _report(out, _copy_past_damage(out, threads, target, args, damage), damage)
 
 
 # -- import -----------------------------------------------------------------------------------
@@ -227,7 +260,7 @@ def _source(args: argparse.Namespace, serde: SerializerProtocol | None
 
 
 def run_import(args: argparse.Namespace, out: Output) -> int:
-    serde = _serde(args.allow_type)
+    serde = _serde(args.allow_type, args.serde)
     with _source(args, serde) as (source, where):
         return _copy_into(out, args, source, where, args.url)
 
@@ -250,25 +283,26 @@ def _export(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="the threads to export (default: every thread)")
     p.add_argument("-o", "--output", metavar="FILE", default="-",
                    help="the file to write ('-', the default: standard output)")
+    add_strict(p)
     p.set_defaults(run=run_export)
 
 
 def run_export(args: argparse.Namespace, out: Output) -> int:
-    with open_saver(args.url, write=False) as source:
-        threads = _threads(source, args.threads, shown_url(args.url or ""))
-        with out.progress(None, "exporting threads") as bar:
+    damage = DamageLog(out, args.strict)
+    with open_saver(args.url, write=False, serde=args.serde) as source:
+        threads = _healthy(source, args.threads, shown_url(args.url or ""), damage)
+        with out.progress(len(threads), "exporting threads") as bar:
 
             def step(done: int, total: int) -> None:
-                bar.total = total
                 bar.update(done - bar.done)
 
             if args.output == "-":
-                report = export_threads(source, out.stdout, threads, progress=step)
+                report = _write_export(source, out.stdout, threads, damage, step)
             else:
                 part = f"{args.output}.part"
                 try:
                     with open(part, "w", encoding="utf-8") as fh:
-                        report = export_threads(source, fh, threads, progress=step)
+                        report = _write_export(source, fh, threads, damage, step)
                     os.replace(part, args.output)
                 except OSError as exc:
                     raise CliError(f"cannot write {args.output!r}: {exc.strerror or exc}",
@@ -280,9 +314,31 @@ def run_export(args: argparse.Namespace, out: Output) -> int:
     text = (f"{report.threads} threads ({report.checkpoints} checkpoints, {report.writes} "
             f"writes) exported to {where} in {report.seconds:.2f} s")
     if out.json_mode and args.output != "-":
-        out.json(dataclasses.asdict(report))
+        out.json({**dataclasses.asdict(report), "damaged": damage.as_json()})
     elif args.output == "-":
-        out.stderr.write(text + "\n")  # stdout holds the export
+        out.note(text)  # stdout holds the export
     else:
         out.line(text)
-    return OK
+    return damage.finish(OK)
+
+
+def _write_export(source: BaseCheckpointSaver[Any], fh: IO[str], threads: list[str],
+                  damage: DamageLog, progress: Callable[[int, int], None]) -> ExportReport:
+    """`export_threads`, a thread at a time, so that a damaged one is left out whole and the
+    end line counts the threads written (`import --jsonl` checks it)."""
+    started = time.monotonic()
+    fh.write(json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "threads": len(threads),
+                         "exported_at": dt.datetime.now(dt.timezone.utc).isoformat()}) + "\n")
+    written = checkpoints = writes = 0
+    for n, thread_id in enumerate(threads, 1):
+        one = io.StringIO()
+        report = export_threads(SkipDamaged(source, [thread_id], damage), one)
+        if report.checkpoints:  # none: damaged, or deleted since it was listed
+            lines = one.getvalue().split("\n")  # its header, checkpoint lines, end line, ""
+            fh.write("".join(f"{line}\n" for line in lines[1:-2]))
+            written, checkpoints = written + 1, checkpoints + report.checkpoints
+            writes += report.writes
+        progress(n, len(threads))
+    fh.write(json.dumps({"end": True, "threads": written, "checkpoints": checkpoints}) + "\n")
+    fh.flush()
+    return ExportReport(written, checkpoints, writes, time.monotonic() - started)

@@ -3,6 +3,10 @@
 Colour is used only on a terminal, and never when `NO_COLOR` is set (https://no-color.org) or
 `--no-color` is given. In JSON mode stdout holds one JSON document: a table is printed as a
 JSON array of its rows, text lines go to stderr, and no progress is drawn.
+
+Thread ids and stored values come from whoever wrote the store: every piece of text printed
+goes through `printable`, so that none can move the cursor, clear the screen or start a line
+of its own; JSON escapes the same characters, its values kept exact.
 """
 
 from __future__ import annotations
@@ -10,9 +14,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
+import threading
 import time
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import date, datetime
 from types import TracebackType
 from typing import IO, Any
@@ -28,6 +35,69 @@ _STATUS_COLOR = {
     "kept": _YELLOW, "not": _YELLOW,
     "error": _RED, "failed": _RED, "altered": _RED, "missing": _RED, "broken": _RED,
 }
+
+
+# Characters a terminal acts on or does not show: controls (C0, DEL, C1), format characters
+# (bidi overrides, zero-width ones), lone surrogates (not even encodable), line separators.
+_HIDDEN = frozenset(("Cc", "Cf", "Cs", "Zl", "Zp"))
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NOT_ASCII = re.compile(r"[^\x00-\x7e]")  # what json.dumps(ensure_ascii=False) leaves raw
+
+
+def printable(text: str) -> str:
+    """`text` with each character a terminal would act on or hide written as Python escapes it
+    (`\\x1b`, `\\n`, `\\u202e`); the rest, any script or emoji, as it is."""
+    if text.isprintable():  # the common case: nothing to look at
+        return text
+    return "".join(_escape(ch) if unicodedata.category(ch) in _HIDDEN else ch for ch in text)
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if ch in _NAMED:
+        return _NAMED[ch]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _json_safe(match: re.Match[str]) -> str:
+    """A character of a JSON document as a JSON escape if a terminal would act on it."""
+    ch = match.group()
+    if unicodedata.category(ch) not in _HIDDEN:
+        return ch
+    code = ord(ch)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a surrogate pair, as JSON writes characters beyond the BMP
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """`text` with each occurrence of each secret shown as `***`; secrets that overlap (two
+    readings of one password) hidden as one run, so that no piece of either shows."""
+    spans = sorted(
+        (at, at + len(secret)) for secret in secrets if secret
+        for at in _occurrences(text, secret)
+    )
+    runs: list[list[int]] = []
+    for start, end in spans:
+        if runs and start <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], end)
+        else:
+            runs.append([start, end])
+    parts, pos = [], 0
+    for start, end in runs:
+        parts += [text[pos:start], "***"]
+        pos = end
+    return "".join(parts) + text[pos:]
+
+
+def _occurrences(text: str, part: str) -> Iterator[int]:
+    at = text.find(part)
+    while at >= 0:
+        yield at
+        at = text.find(part, at + 1)
 
 
 def jsonable(value: Any) -> Any:
@@ -85,21 +155,24 @@ def cell(column: str, value: Any) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(cell("", v) for v in value) or "-"
     if column == "status":
-        return str(value).replace("_", " ")
-    return str(value)
+        return printable(str(value).replace("_", " "))
+    return printable(str(value))
 
 
 class Progress:
     """A progress bar on stderr, drawn at most ten times a second; `update(n)` counts `n` more
     items. Silent when `draw` is False. `total` may be set once it is known."""
 
-    def __init__(self, stream: IO[str], total: int | None, label: str, draw: bool) -> None:
+    def __init__(self, stream: IO[str], total: int | None, label: str, draw: bool,
+                 lock: threading.Lock | None = None) -> None:
         self.total = total
         self.done = 0
         self._stream = stream
-        self._label = label
+        self._label = printable(label)
         self._draw = draw
         self._shown = 0.0
+        self._open = False  # the bar is drawn and the cursor stands at its end
+        self._lock = lock or threading.Lock()  # Output's: its messages come from any thread
 
     def __enter__(self) -> Progress:
         self._render(force=True)
@@ -111,12 +184,20 @@ class Progress:
     ) -> None:
         if self._draw:
             self._render(force=True)
-            self._stream.write("\n")
-            self._stream.flush()
+            with self._lock:
+                self.end_line()
 
     def update(self, n: int = 1) -> None:
         self.done += n
         self._render()
+
+    def end_line(self) -> None:
+        """End the bar's line, so that a message printed now starts a line of its own (the
+        bar is drawn again, below it, at the next update). Called holding the lock."""
+        if self._open:
+            self._stream.write("\n")
+            self._stream.flush()
+            self._open = False
 
     def _render(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -129,8 +210,10 @@ class Progress:
             bar = f"[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}"
         else:
             bar = str(self.done)
-        self._stream.write(f"\r{self._label} {bar}")
-        self._stream.flush()
+        with self._lock:
+            self._stream.write(f"\r{self._label} {bar}")
+            self._stream.flush()
+            self._open = True
 
 
 class Output:
@@ -152,6 +235,13 @@ class Output:
         if color is None:
             color = _is_tty(self.stdout) and "NO_COLOR" not in os.environ
         self.color = color and not json_mode
+        self._secrets: list[str] = []
+        self._bar: Progress | None = None
+        self._lock = threading.Lock()
+
+    def hide(self, secrets: Iterable[str]) -> None:
+        """Never print these on stderr (passwords): each is shown as `***`."""
+        self._secrets = sorted({*self._secrets, *secrets})
 
     def table(self, rows: list[dict[str, Any]], columns: list[str]) -> None:
         """Rows as aligned columns under a header (JSON mode: the rows, whole, as an array)."""
@@ -162,10 +252,10 @@ class Output:
             self.line("(none)")
             return
         heads = [c.replace("_", " ").upper() for c in columns]
-        cells = [[cell(c, r.get(c)) for c in columns] for r in rows]
+        cells = [[cell(c, r.get(c)) for c in columns] for r in rows]  # escaped already
         widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(heads)]
-        self.line(self._paint("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True))
-                              .rstrip(), _BOLD))
+        head = "  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip()
+        self._emit(self.stdout, self._paint(head, _BOLD), escape=False)
         for r in cells:
             parts = []
             for c, text, w in zip(columns, r, widths, strict=True):
@@ -174,35 +264,60 @@ class Output:
                     padded = self._paint(text, _STATUS_COLOR.get(text.split(" ")[0], "")) + (
                         " " * (w - len(text)))
                 parts.append(padded)
-            self.line("  ".join(parts).rstrip())
+            self._emit(self.stdout, "  ".join(parts).rstrip(), escape=False)
 
     def json(self, obj: Any) -> None:
-        """`obj` as indented JSON on stdout (see `jsonable` for what it turns values into)."""
-        self.stdout.write(json.dumps(jsonable(obj), indent=2, ensure_ascii=False) + "\n")
+        """`obj` as indented JSON on stdout (see `jsonable` for what it turns values into);
+        characters a terminal would act on are written as JSON escapes."""
+        text = json.dumps(jsonable(obj), indent=2, ensure_ascii=False)
+        self.stdout.write(_NOT_ASCII.sub(_json_safe, text) + "\n")
         self.stdout.flush()
 
     def line(self, text: str = "") -> None:
-        """A line of text: on stdout, or on stderr in JSON mode (stdout holds only JSON)."""
-        stream = self.stderr if self.json_mode else self.stdout
-        stream.write(text + "\n")
-        stream.flush()
+        """A line of text: on stdout, or on stderr in JSON mode (stdout holds only JSON).
+        A newline in `text` is shown escaped, as any control character."""
+        self._emit(self.stderr if self.json_mode else self.stdout, text)
+
+    def lines(self, text: str) -> None:
+        """Text of several lines, one `line` each."""
+        for part in text.split("\n"):
+            self.line(part)
+
+    def note(self, text: str) -> None:
+        """A line on stderr, whatever the mode (when stdout holds a command's data)."""
+        self._emit(self.stderr, text)
 
     def progress(self, total: int | None, label: str) -> Progress:
         """A context manager: a progress bar on stderr, drawn only when stderr is a terminal
         and not in JSON mode; `.update(n=1)` as items complete."""
         draw = not self.json_mode and _is_tty(self.stderr)
-        return Progress(self.stderr, total, label, draw)
+        self._bar = Progress(self.stderr, total, label, draw, self._lock)
+        return self._bar
 
     def error(self, message: str) -> None:
         """One line on stderr: `lgckpt: error: message`."""
-        text = " ".join(str(message).split())  # one line, whatever the message holds
-        self.stderr.write(f"lgckpt: error: {text}\n")
-        self.stderr.flush()
+        self._emit(self.stderr, f"lgckpt: error: {self._one_line(message)}")
 
     def warn(self, message: str) -> None:
         """One line on stderr: `lgckpt: warning: message`."""
-        self.stderr.write(f"lgckpt: warning: {' '.join(str(message).split())}\n")
-        self.stderr.flush()
+        self._emit(self.stderr, f"lgckpt: warning: {self._one_line(message)}")
+
+    def _one_line(self, message: str) -> str:
+        # the secrets first: a password may hold spaces, which the join would change
+        return " ".join(self._scrub(str(message)).split())
+
+    def _scrub(self, text: str) -> str:
+        return mask(text, self._secrets) if self._secrets else text
+
+    def _emit(self, stream: IO[str], text: str, *, escape: bool = True) -> None:
+        if stream is self.stderr:
+            text = self._scrub(text)
+        text = printable(text) if escape else text
+        with self._lock:
+            if stream is self.stderr and self._bar is not None:
+                self._bar.end_line()
+            stream.write(text + "\n")
+            stream.flush()
 
     def _paint(self, text: str, code: str) -> str:
         return f"{code}{text}{_RESET}" if self.color and code and text else text
