@@ -189,18 +189,24 @@ def test_damage_in_text_history_and_strict(tmp_path: Path) -> None:
 
 def test_stores_of_a_custom_serializer(tmp_path: Path) -> None:
     s = new_store("sqlite", tmp_path)
-    with s.open(serde=XorSerde()) as cp:
+    with s.open(serde=XorSerde(), unsafe_allow_any_class=True) as cp:
         write_chats(cp, "a", "b")
     run = lgckpt("threads", "--json", url=s.url)  # without it, every thread reads as damaged
     assert run.code == EIGHT and "--serde" in run.err.splitlines()[-1], run
     assert {r["status"] for r in json.loads(run.out)} == {"damaged"}
+    # A serializer this package cannot make strict: refused unless the operator says so.
     run = lgckpt("threads", "--json", "--serde", "tests.cli_serde:SERDE", url=s.url)
+    assert run.code == 2 and "unsafe_allow_any_class" in run.err, run
+    run = lgckpt("threads", "--json", "--serde", "tests.cli_serde:SERDE",
+                 "--unsafe-allow-any-class", url=s.url)
     assert [r["status"] for r in run.json()] == ["done", "done"]
     target = f"sqlite:///{tmp_path / 'copy.db'}"
-    run = lgckpt("--serde", "tests.cli_serde:XorSerde", "copy", "--to", target, url=s.url,
+    run = lgckpt("--serde", "tests.cli_serde:XorSerde", "--unsafe-allow-any-class", "copy",
+                 "--to", target, url=s.url,
                  script=True)  # a factory; the console script, from the repository
     assert run.code == 0 and "2 threads copied" in run.out, run
-    with connect(target, setup=False, serde=XorSerde()) as cp:  # written with it too
+    with connect(target, setup=False, serde=XorSerde(),
+                 unsafe_allow_any_class=True) as cp:  # written with it too
         assert cp.thread_ids() == ["a", "b"]
     bad = lgckpt("threads", "--serde", "tests.cli_serde:_KEY", url=s.url)
     assert bad.code == 2 and "not a serializer" in bad.err, bad

@@ -110,6 +110,12 @@ def add_common_options(parser: argparse.ArgumentParser, *, url: bool = True,
                             else keep, help=URL_HELP)
         parser.add_argument("--serde", metavar="MODULE:OBJECT", default=None if top else keep,
                             help=SERDE_HELP)
+        parser.add_argument("--unsafe-allow-any-class", action="store_true",
+                            default=False if top else keep,
+                            help="use --serde's serializer as it is even when it is not one this "
+                                 "package can make strict (LangGraph's JsonPlusSerializer, or an "
+                                 "EncryptedSerializer over one): stored rows may then construct "
+                                 "any class; only for a store nobody else can write to")
     parser.add_argument("--json", action="store_true", default=False if top else keep,
                         help="print JSON on stdout (tables as arrays of objects)")
     parser.add_argument("--no-color", action="store_true", default=False if top else keep,
@@ -246,19 +252,29 @@ def load_serde(spec: str, dirs: Sequence[str] | None = None) -> SerializerProtoc
     return serde
 
 
+def serde_options(args: argparse.Namespace, serde: SerializerProtocol | None = None
+                  ) -> dict[str, Any]:
+    """`open_saver`'s serializer options from the command line (`serde`: instead of
+    `--serde`'s)."""
+    return {"serde": serde if serde is not None else args.serde,
+            "unsafe": args.unsafe_allow_any_class}
+
+
 def _is_serde(obj: Any) -> bool:
     return all(callable(getattr(obj, m, None)) for m in ("dumps_typed", "loads_typed"))
 
 
 def open_saver(url: str | None, *, write: bool, create: bool | None = None,
-               serde: SerializerProtocol | None = None, **options: Any) -> StoreCheckpointer:
+               serde: SerializerProtocol | None = None, unsafe: bool = False,
+               **options: Any) -> StoreCheckpointer:
     """The checkpointer for the store `url` names (close it when done: it is a context
     manager).
 
     A reader (`write=False`) creates and changes nothing: the tables or key layout must be
     there. A writer sets the storage up (creates or upgrades it, as the checkpointers do when
     they open); with `create=False` it too needs a store that is there already. `serde` (when
-    given) and `options` go to `connect`. Raises `CliError`: `USAGE` without a URL,
+    given) and `options` go to `connect`; `unsafe`: `serde` is used as it is
+    (`--unsafe-allow-any-class`). Raises `CliError`: `USAGE` without a URL,
     `UNAVAILABLE` for a URL of no store this package can open, a server that cannot be
     reached, or no checkpoint store at that place.
     """
@@ -269,6 +285,8 @@ def open_saver(url: str | None, *, write: bool, create: bool | None = None,
     hint = _ENCODE if ambiguous_url(url) else None
     if serde is not None:
         options["serde"] = serde
+        if unsafe:
+            options["unsafe_allow_any_class"] = True
     try:
         scheme = urlsplit(url).scheme
     except ValueError as exc:

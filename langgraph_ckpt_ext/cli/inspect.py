@@ -23,6 +23,7 @@ from .common import (
     import_object,
     open_saver,
     quoted_names,
+    serde_options,
     shown_url,
 )
 from .damage import DAMAGE, DamageLog
@@ -201,7 +202,7 @@ def thread_summary(saver: StoreCheckpointer, thread_id: str, damage: DamageLog |
 
 def run_threads(args: argparse.Namespace, out: Output) -> int:
     damage = DamageLog(out, args.strict)
-    with open_saver(args.url, write=False, serde=args.serde) as saver:
+    with open_saver(args.url, write=False, **serde_options(args)) as saver:
         page, more = _page(saver.thread_ids(), args.after, args.limit)
         rows = []
         with out.progress(len(page), "reading threads") as bar:
@@ -243,7 +244,7 @@ def _history(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run_history(args: argparse.Namespace, out: Output) -> int:
     damage = DamageLog(out, args.strict, noun="checkpoint", done="listed without its values")
-    with open_saver(args.url, write=False, serde=args.serde) as saver:
+    with open_saver(args.url, write=False, **serde_options(args)) as saver:
         try:
             rows = [_history_row(e) for e in _entries(saver, args, metadata_only=False)]
         except DAMAGE as exc:
@@ -358,7 +359,7 @@ def inspection_dict(state: Inspection) -> dict[str, Any]:
 
 
 def run_show(args: argparse.Namespace, out: Output) -> int:
-    with open_saver(args.url, write=False, serde=args.serde) as saver:
+    with open_saver(args.url, write=False, **serde_options(args)) as saver:
         state = saver.inspect(_config(args.thread, args.ns, args.checkpoint))
     doc = inspection_dict(state)
     if out.json_mode:
@@ -443,7 +444,7 @@ def checkpoint_ref(text: str) -> tuple[str, str | None]:
 
 def run_diff(args: argparse.Namespace, out: Output) -> int:
     a, b = checkpoint_ref(args.a), checkpoint_ref(args.b)
-    with open_saver(args.url, write=False, serde=args.serde) as saver:
+    with open_saver(args.url, write=False, **serde_options(args)) as saver:
         diff = saver.diff(_config(a[0], "", a[1]), _config(b[0], "", b[1]))
     if out.json_mode:
         out.json(diff.to_dict())
@@ -484,7 +485,7 @@ def _fork(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_fork(args: argparse.Namespace, out: Output) -> int:
-    with open_saver(args.url, write=True, create=False, serde=args.serde) as saver:
+    with open_saver(args.url, write=True, create=False, **serde_options(args)) as saver:
         head = saver.fork(_config(args.thread, "", args.checkpoint), args.to)
     conf = head["configurable"]
     result = {"source_thread_id": args.thread, "checkpoint_id": conf["checkpoint_id"],
@@ -548,7 +549,7 @@ def _prune_row(saver: StoreCheckpointer, thread_id: str, args: argparse.Namespac
 
 
 def run_prune(args: argparse.Namespace, out: Output) -> int:
-    with open_saver(args.url, write=not args.dry_run, create=False, serde=args.serde) as saver:
+    with open_saver(args.url, write=not args.dry_run, create=False, **serde_options(args)) as saver:
         threads = _threads_of(saver, args.threads, args.all, args.url)
         rows = [r for r in (_prune_row(saver, t, args) for t in threads) if r is not None]
         todo = [r["thread_id"] for r in rows if r["removed"]]
@@ -608,7 +609,7 @@ def load_chain(spec: str, dirs: Sequence[str] | None) -> SchemaChain:
 
 def run_migrate(args: argparse.Namespace, out: Output) -> int:
     chain = load_chain(args.chain, args.path)
-    with open_saver(args.url, write=not args.dry_run, create=False, serde=args.serde,
+    with open_saver(args.url, write=not args.dry_run, create=False, **serde_options(args),
                     schema_chain=chain) as saver:
         threads = _threads_of(saver, args.threads, False, args.url) if args.threads else None
         with out.progress(len(threads) if threads else None, "migrating threads") as bar:
@@ -677,7 +678,7 @@ def audit_row(report: AuditReport) -> dict[str, Any]:
 
 def run_verify(args: argparse.Namespace, out: Output) -> int:
     reports = []
-    with open_saver(args.url, write=False, serde=args.serde) as saver:
+    with open_saver(args.url, write=False, **serde_options(args)) as saver:
         threads = _threads_of(saver, args.threads, args.all, args.url)
         with out.progress(len(threads), "verifying") as bar:
             for thread_id in threads:
@@ -730,7 +731,7 @@ def _stats(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def run_stats(args: argparse.Namespace, out: Output) -> int:
-    with open_saver(args.url, write=False, serde=args.serde) as saver:
+    with open_saver(args.url, write=False, **serde_options(args)) as saver:
         if args.thread is not None:
             return _thread_stats(saver, args.thread, out)
         page, more = _page(saver.thread_ids(), args.after, args.limit)

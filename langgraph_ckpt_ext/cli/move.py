@@ -43,6 +43,7 @@ from .common import (
     add_command,
     add_strict,
     open_saver,
+    serde_options,
     shown_url,
 )
 from .damage import DAMAGE, DamageLog, SkipDamaged
@@ -199,7 +200,7 @@ def _copy(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run_copy(args: argparse.Namespace, out: Output) -> int:
     serde = _serde(args.allow_type, args.serde)
-    with open_saver(args.url, write=False, serde=serde) as source:
+    with open_saver(args.url, write=False, **serde_options(args, serde)) as source:
         return _copy_into(out, args, source, shown_url(args.url or ""), args.to)
 
 
@@ -209,7 +210,7 @@ def _copy_into(out: Output, args: argparse.Namespace, source: BaseCheckpointSave
     target is opened (set up if need be, written with `--serde` too), then copied."""
     damage = DamageLog(out, args.strict)
     threads = SkipDamaged(source, _healthy(source, args.threads, where, damage), damage)
-    with open_saver(to, write=True, serde=args.serde) as target:
+    with open_saver(to, write=True, **serde_options(args)) as target:
         return _report(out, _copy_past_damage(out, threads, target, args, damage), damage)
 
 
@@ -289,7 +290,7 @@ def _export(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run_export(args: argparse.Namespace, out: Output) -> int:
     damage = DamageLog(out, args.strict)
-    with open_saver(args.url, write=False, serde=args.serde) as source:
+    with open_saver(args.url, write=False, **serde_options(args)) as source:
         threads = _healthy(source, args.threads, shown_url(args.url or ""), damage)
         with out.progress(len(threads), "exporting threads") as bar:
 

@@ -135,7 +135,8 @@ def _strict(serde: SerializerProtocol) -> SerializerProtocol:
 def _cannot_be_strict(what: str) -> InvalidConfigError:
     return InvalidConfigError(
         f"serde is {what}; loading could construct any class a stored row names. Pass "
-        "unsafe_allow_any_class=True to use it anyway, trusting whoever can write to the storage"
+        "unsafe_allow_any_class=True (lgckpt: --unsafe-allow-any-class) to use it anyway, "
+        "trusting whoever can write to the storage"
     )
 
 
