@@ -732,7 +732,13 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune threads: `"delete"` removes them; `"keep_latest"` keeps each namespace's newest
         checkpoint, plus the ancestors (and their writes) that its `DeltaChannel`s still need
-        to rebuild their values."""
+        to rebuild their values.
+
+        Safe while the threads are being written, from any process: checkpoints stored
+        meanwhile are kept, and every checkpoint left reads back whole. Raises
+        `StoreBusyError` (that thread unchanged, those before it pruned) when a thread's
+        writers keep it longer than the store waits (PostgreSQL: `lock_timeout`, 5 s unless
+        the session sets one): retry later."""
         _check_strategy(strategy)
         for thread_id in check_ids(thread_ids, "thread_id", required=True):
             if strategy == "delete":

@@ -103,7 +103,10 @@ class Store(Protocol):
         """Pending writes per checkpoint id, each list in `writes_sort_key` order."""
         ...
 
-    async def delete_thread(self, thread_id: str) -> None: ...
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete every row of a thread, as one step against its writers (`StoreBusyError`
+        as `delete_checkpoints`)."""
+        ...
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every row of a thread (all namespaces, blobs and writes) under a new id."""
@@ -117,7 +120,13 @@ class Store(Protocol):
         self, thread_id: str, victims: Collection[tuple[str, str]], gc: GcPlanner
     ) -> None:
         """Atomically delete `(ns, checkpoint_id)` rows with their writes, then the blobs that
-        `gc` names given what remains of the thread."""
+        `gc` names given what remains of the thread (or that the store finds so itself).
+
+        Safe against writers of the thread in any process: what remains includes every row
+        committed before the deletes, and no row committed after them relies on a blob they
+        delete (a delta written then finds its base gone and is written whole). A store that
+        cannot get the thread to itself for long enough raises `StoreBusyError`, changing
+        nothing."""
         ...
 
     async def rewrite_checkpoint(

@@ -101,3 +101,7 @@ class PostgresCheckpointer(StoreCheckpointer):
         finally:
             await saver.aclose()
 
+
+    @property
+    def store(self) -> PostgresStore:
+        return self._store  # type: ignore[return-value]

@@ -50,14 +50,41 @@ SELECT x.channel, x.version FROM lgx_blobs x
 JOIN unnest($3::text[], $4::text[]) AS k(ch, ver) ON x.channel = k.ch AND x.version = k.ver
 WHERE x.thread_id = $1 AND x.checkpoint_ns = $2"""
 
+# Per-thread advisory locks (the two-int form, so never the migration lock's key): writers
+# hold their thread's in share mode, a prune or delete of the thread holds it alone, so that
+# it reads and deletes with no writer half-way. Writers only try it, in their one statement
+# (no round trip more): if a prune holds it, the statement writes nothing and says so, and
+# the writer takes the lock waiting, in a transaction, then writes again.
+THREAD_LOCK = 0x6C67746B  # "lgtk": the class of every thread's lock, its key a hash
+
+
+def _try_shared(key: str) -> str:
+    return f"pg_try_advisory_xact_lock_shared({THREAD_LOCK}, {key})"
+
+
+# Writers that found the thread locked: each thread's lock, in the order given (sorted).
+LOCK_THREADS_SHARED = f"""
+SELECT pg_advisory_xact_lock_shared({THREAD_LOCK}, k) FROM unnest($1::int[]) AS k"""
+# A prune or delete: the thread alone, waiting for the writers holding it at most the
+# session's lock_timeout (5 s if it has none); the server then raises lock_not_available.
+LOCK_THREAD = f"""
+SELECT set_config('lock_timeout', CASE current_setting('lock_timeout') WHEN '0' THEN '5s'
+                                  ELSE current_setting('lock_timeout') END, true),
+       pg_advisory_xact_lock({THREAD_LOCK}, $1::int)"""
 # A whole put in one statement, so one round trip: full blobs, append-deltas that land only on
 # an existing base, and the checkpoint row only if every delta landed (else the caller writes
-# the missing values whole, with the checkpoint, in a second transaction).
+# the missing values whole, with the checkpoint, in a transaction); nothing at all if a prune
+# holds the thread's lock ($19: its key). A base is looked up FOR KEY SHARE: one that a prune
+# deleted after this statement's snapshot was taken (its lock released in between) is then
+# not found, rather than found and gone once both commit.
 PUT_CHECKPOINT = f"""
-WITH full_blobs AS (
+WITH thread_lock AS (
+    SELECT {_try_shared("$19::int")} AS ok
+), full_blobs AS (
     INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
     SELECT $1, $2, ch, ver, ty, da, NULL
     FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[]) AS f(ch, ver, ty, da)
+    WHERE (SELECT ok FROM thread_lock)
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
         type = EXCLUDED.type, data = EXCLUDED.data, base_version = NULL
     RETURNING 1
@@ -66,10 +93,11 @@ WITH full_blobs AS (
     SELECT $1, $2, d.ch, d.ver, d.ty, d.da, d.base
     FROM unnest($7::text[], $8::text[], $9::text[], $10::bytea[], $11::text[])
         AS d(ch, ver, ty, da, base)
-    WHERE EXISTS (
+    WHERE (SELECT ok FROM thread_lock) AND EXISTS (
         SELECT 1 FROM lgx_blobs x
         WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.channel = d.ch
           AND x.version = d.base
+        LIMIT 1 FOR KEY SHARE
     )
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
         type = EXCLUDED.type, data = EXCLUDED.data, base_version = EXCLUDED.base_version
@@ -77,15 +105,16 @@ WITH full_blobs AS (
 ), ckpt AS (
     INSERT INTO lgx_checkpoints ({CHECKPOINT_COLS})
     SELECT $1, $2, $12, $13, $14, $15, $16, $17, $18
-    WHERE (SELECT count(*) FROM deltas) = cardinality($7::text[])
+    WHERE (SELECT ok FROM thread_lock)
+      AND (SELECT count(*) FROM deltas) = cardinality($7::text[])
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
         parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id,
         type = EXCLUDED.type, checkpoint = EXCLUDED.checkpoint,
         metadata_type = EXCLUDED.metadata_type, metadata = EXCLUDED.metadata
     RETURNING 1
 )
-SELECT (SELECT count(*) FROM full_blobs), (SELECT array_agg(channel) FROM deltas),
-       (SELECT count(*) FROM ckpt)"""
+SELECT (SELECT ok FROM thread_lock) AS locked, (SELECT array_agg(channel) FROM deltas) AS landed,
+       (SELECT count(*) FROM ckpt) AS stored"""
 
 _WRITE_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path"
 _WRITE_TYPES = ("text", "text", "text", "text", "int", "text", "text", "bytea", "text")
@@ -105,26 +134,29 @@ def _unnest(first: int, *types: str) -> str:
     return f"unnest({', '.join(f'${first + i}::{t}[]' for i, t in enumerate(types))})"
 
 
-_ONLY_IF_NONE_MISSING = "WHERE NOT EXISTS (SELECT 1 FROM missing)"
+_ONLY_IF_NONE_MISSING = "WHERE (SELECT ok FROM thread_lock) AND NOT EXISTS (SELECT 1 FROM missing)"
 
 # A whole `write_batch` in one statement: one round trip, one transaction (a statement is
 # atomic), whatever the number of checkpoints and writes. Each array holds a key once.
-# $1..$4: (thread, ns, channel, version) of the bases that append-deltas of the batch need
-# from storage (the bases written earlier in the batch are not among them). If one of them is
-# missing, the statement writes nothing and returns those keys: the caller then makes the
-# deltas on them whole values and runs it again. Otherwise: blob rows as given, deltas
-# included ($5..$11), checkpoint rows ($12..$20), writes kept if present ($21..$29) and writes
-# that replace ($30..$38). The lateral `LIMIT 1` probes keep each base lookup an index probe.
+# $39: the lock keys of the batch's threads; if a prune holds one, the statement writes
+# nothing and returns one row, locked false. $1..$4: (thread, ns, channel, version) of the
+# bases that append-deltas of the batch need from storage (the bases written earlier in the
+# batch are not among them). If one of them is missing, the statement writes nothing and
+# returns those keys: the caller then makes the deltas on them whole values and runs it again.
+# Otherwise: blob rows as given, deltas included ($5..$11), checkpoint rows ($12..$20), writes
+# kept if present ($21..$29) and writes that replace ($30..$38), and one row, locked true
+# with no key. The `LIMIT 1` probes keep each base lookup an index probe.
 WRITE_BATCH = f"""
-WITH missing AS (
+WITH thread_lock AS (
+    SELECT coalesce(bool_and({_try_shared("k")}), true) AS ok FROM unnest($39::int[]) AS k
+), missing AS (
     SELECT k.tid, k.ns, k.ch, k.ver
     FROM {_unnest(1, "text", "text", "text", "text")} AS k(tid, ns, ch, ver)
-    LEFT JOIN LATERAL (
-        SELECT true AS found FROM lgx_blobs
+    WHERE (SELECT ok FROM thread_lock) AND NOT EXISTS (
+        SELECT 1 FROM lgx_blobs
         WHERE thread_id = k.tid AND checkpoint_ns = k.ns AND channel = k.ch AND version = k.ver
-        LIMIT 1
-    ) x ON true
-    WHERE x.found IS NULL
+        LIMIT 1 FOR KEY SHARE
+    )
 ), blobs AS (
     INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
     SELECT * FROM {_unnest(5, "text", "text", "text", "text", "text", "bytea", "text")}
@@ -153,7 +185,7 @@ WITH missing AS (
         channel = EXCLUDED.channel, type = EXCLUDED.type, data = EXCLUDED.data,
         task_path = EXCLUDED.task_path
 )
-SELECT tid, ns, ch, ver FROM missing"""
+SELECT l.ok AS locked, m.tid, m.ns, m.ch, m.ver FROM thread_lock l LEFT JOIN missing m ON l.ok"""
 
 
 SELECT_CHECKPOINT = f"""
@@ -295,14 +327,27 @@ COPY_THREAD = [
     FROM lgx_writes WHERE thread_id = $2 ON CONFLICT DO NOTHING""",
 ]
 
-DELETE_CHECKPOINTS = """
-DELETE FROM lgx_checkpoints
-WHERE thread_id = $1 AND (checkpoint_ns, checkpoint_id) IN (
-    SELECT * FROM unnest($2::text[], $3::text[]))"""
-DELETE_CHECKPOINTS_WRITES = DELETE_CHECKPOINTS.replace("lgx_checkpoints", "lgx_writes")
-SELECT_THREAD_CHECKPOINTS = f"SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints WHERE thread_id = $1"
-SELECT_THREAD_BLOB_REFS = """
-SELECT checkpoint_ns, channel, version, base_version FROM lgx_blobs WHERE thread_id = $1"""
+# Delete checkpoints ($2, $3: namespaces and ids) with their writes, and return what the GC
+# plans from, in one round trip: the thread's remaining checkpoints ('c', then the columns of
+# CHECKPOINT_COLS after thread_id) and its blobs ('b', ns, channel, version, base_version).
+# The deletes are not visible to the statement's own reads: remaining rows are filtered.
+PRUNE_CHECKPOINTS = """
+WITH victims AS (
+    SELECT * FROM unnest($2::text[], $3::text[]) AS v(ns, cid)
+), gone AS (
+    DELETE FROM lgx_checkpoints
+    WHERE thread_id = $1 AND (checkpoint_ns, checkpoint_id) IN (SELECT * FROM victims)
+), gone_writes AS (
+    DELETE FROM lgx_writes
+    WHERE thread_id = $1 AND (checkpoint_ns, checkpoint_id) IN (SELECT * FROM victims)
+)
+SELECT 'c', checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id,
+       type, checkpoint, metadata_type, metadata
+FROM lgx_checkpoints
+WHERE thread_id = $1 AND (checkpoint_ns, checkpoint_id) NOT IN (SELECT * FROM victims)
+UNION ALL
+SELECT 'b', checkpoint_ns, channel, version, base_version, NULL, NULL, NULL, NULL
+FROM lgx_blobs WHERE thread_id = $1"""
 DELETE_BLOBS = """
 DELETE FROM lgx_blobs
 WHERE thread_id = $1 AND (checkpoint_ns, channel, version) IN (

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
 
-from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
+from ...core.errors import (
+    InvalidConfigError,
+    StoreBusyError,
+    StoreUnavailableError,
+    check_storage_version,
+)
 from ...core.perloop import PerLoop
 from ...core.rows import (
     BlobRef,
@@ -164,43 +170,42 @@ class PostgresStore:
 
         return await self._run(op, tx=False)
 
+    # -- the threads' locks (see `sql.THREAD_LOCK`) -------------------------------------------
+
+    def thread_lock_key(self, thread_id: str) -> int:
+        """The key of a thread's advisory lock (class `sql.THREAD_LOCK`): a hash, so two
+        threads may share one (then one waits for the other's prune, nothing worse)."""
+        return zlib.crc32(f"{self._schema or ''}\0{thread_id}".encode()) - (1 << 31)
+
+    async def _alone(
+        self, thread_id: str, fn: Callable[[asyncpg.Connection], Awaitable[None]]
+    ) -> None:
+        """Run `fn` in a transaction that holds the thread's lock alone: once the writers
+        holding it are done, and before any other starts. `StoreBusyError` if they hold it
+        longer than lock_timeout (nothing is changed then)."""
+
+        async def op(conn: asyncpg.Connection) -> None:
+            await conn.execute(sql.LOCK_THREAD, self.thread_lock_key(thread_id))
+            await fn(conn)
+
+        try:
+            await self._run(op, tx=True)
+        except asyncpg.exceptions.LockNotAvailableError as exc:
+            raise StoreBusyError(
+                f"thread {thread_id!r} is busy: it was being written for longer than "
+                "lock_timeout (the session's, else 5 s); nothing was changed, retry"
+            ) from exc
+
     # -- writing ----------------------------------------------------------------------------
 
     async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
-        tid, ns = row.thread_id, row.checkpoint_ns
-        full = [b for b in blobs if b.base_version is None]
-        deltas = [b for b in blobs if b.base_version is not None]
-        params = (
-            tid, ns,
-            [b.channel for b in full], [b.version for b in full],
-            [b.type for b in full], [b.data for b in full],
-            [b.channel for b in deltas], [b.version for b in deltas],
-            [b.type for b in deltas], [b.data for b in deltas],
-            [b.base_version for b in deltas],
-            row.checkpoint_id, row.parent_checkpoint_id, row.run_id, *row.checkpoint, *row.metadata,
-        )
+        params = _put_params(row, blobs, self.thread_lock_key(row.thread_id))
         found = await self._run(lambda conn: conn.fetchrow(sql.PUT_CHECKPOINT, *params), tx=False)
-        landed = set(found[1] or ())
-        if found[2]:
+        if found["stored"]:
             return set()
-        # A delta's base is gone (pruned, or deleted by another process): write those values
-        # whole, with the checkpoint row, in one transaction.
-        missing = [b for b in deltas if b.channel not in landed]
-        whole = [whole_row(b) for b in missing]
-
-        async def op(conn: asyncpg.Connection) -> None:
-            await conn.execute(
-                sql.UPSERT_BLOBS, tid, ns, [b.channel for b in whole], [b.version for b in whole],
-                [b.type for b in whole], [b.data for b in whole],
-            )
-            await conn.execute(
-                sql.UPSERT_CHECKPOINT,
-                tid, ns, row.checkpoint_id, row.parent_checkpoint_id, row.run_id,
-                *row.checkpoint, *row.metadata,
-            )
-
-        await self._run(op, tx=True)
-        return {b.channel for b in missing}
+        # A prune holds the thread (nothing was written), or a delta's base is gone (pruned,
+        # or deleted by another process): again, holding the thread's lock, in a transaction.
+        return await self._run(lambda conn: _put_holding(conn, row, blobs, params), tx=True)
 
     async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
         """The whole batch in one statement (`WRITE_BATCH`): one round trip, atomic on its
@@ -212,18 +217,29 @@ class PostgresStore:
         if not batch:
             return []
 
-        async def op(conn: asyncpg.Connection) -> list[set[str]]:
+        keys = sorted({self.thread_lock_key(t) for item in batch for t in _threads_of(item)})
+
+        async def op(conn: asyncpg.Connection, hold: bool) -> list[set[str]] | None:
+            if hold:
+                await conn.execute(sql.LOCK_THREADS_SHARED, keys)
             gone: set[_BlobKey] = set()
             while True:
                 fell_back, params = _batch_params(batch, gone)
-                missing = await conn.fetch(sql.WRITE_BATCH, *params)
+                found = await conn.fetch(sql.WRITE_BATCH, *params, keys)
+                if not found[0]["locked"]:
+                    return None  # a prune holds a thread: nothing was written
+                missing = [r for r in found if r["tid"] is not None]
                 if not missing:
                     return fell_back
                 # Bases gone from storage (pruned, or by another process): each attempt makes
                 # at least one more delta whole, so this ends.
-                gone.update((r[0], r[1], r[2], r[3]) for r in missing)
+                gone.update((r["tid"], r["ns"], r["ch"], r["ver"]) for r in missing)
 
-        return await self._run(op, tx=False)
+        done = await self._run(lambda conn: op(conn, False), tx=False)
+        if done is None:  # again, once the prune is done, holding the threads' locks
+            done = await self._run(lambda conn: op(conn, True), tx=True)
+        assert done is not None
+        return done
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
         kept: dict[_WriteKey, WriteRow] = {}
@@ -244,10 +260,15 @@ class PostgresStore:
             for statement in sql.DELETE_THREAD:
                 await conn.execute(statement, thread_id)
 
-        await self._run(op, tx=True)
+        await self._alone(thread_id, op)
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        # Both threads held (in share mode, as writers hold them): no prune of the source
+        # between the statements, so the rows copied are one consistent set.
+        keys = sorted({self.thread_lock_key(source_thread_id), self.thread_lock_key(target_thread_id)})
+
         async def op(conn: asyncpg.Connection) -> None:
+            await conn.execute(sql.LOCK_THREADS_SHARED, keys)
             for statement in sql.COPY_THREAD:
                 await conn.execute(statement, target_thread_id, source_thread_id)
 
@@ -259,18 +280,22 @@ class PostgresStore:
         nss = [ns for ns, _ in victims]
         ids = [cid for _, cid in victims]
 
+        # Alone on the thread: every checkpoint committed is seen, and none is committed before
+        # this transaction is, so no blob deleted here is one that a row needs.
         async def op(conn: asyncpg.Connection) -> None:
-            await conn.execute(sql.DELETE_CHECKPOINTS, thread_id, nss, ids)
-            await conn.execute(sql.DELETE_CHECKPOINTS_WRITES, thread_id, nss, ids)
-            remaining = [_checkpoint(r) for r in
-                         await conn.fetch(sql.SELECT_THREAD_CHECKPOINTS, thread_id)]
-            refs = [BlobRef(*r) for r in await conn.fetch(sql.SELECT_THREAD_BLOB_REFS, thread_id)]
+            remaining: list[CheckpointRow] = []
+            refs: list[BlobRef] = []
+            for r in await conn.fetch(sql.PRUNE_CHECKPOINTS, thread_id, nss, ids):
+                if r[0] == "c":
+                    remaining.append(_checkpoint((thread_id, *r[1:])))
+                else:
+                    refs.append(BlobRef(r[1], r[2], r[3], r[4]))
             dead = list(gc(remaining, refs))
             if dead:
                 cols = [list(col) for col in zip(*dead, strict=True)]
                 await conn.execute(sql.DELETE_BLOBS, thread_id, *cols)
 
-        await self._run(op, tx=True)
+        await self._alone(thread_id, op)
 
     async def rewrite_checkpoint(
         self,
@@ -288,6 +313,8 @@ class PostgresStore:
         }.values())
 
         async def op(conn: asyncpg.Connection) -> bool:
+            # Held as writers hold it: no prune deletes a base between its check and the write.
+            await conn.execute(sql.LOCK_THREADS_SHARED, [self.thread_lock_key(tid)])
             # The log row is what makes this idempotent: a retry after a lost connection (or
             # a second process) finds the entry logged and changes nothing.
             logged = await conn.fetchval(
@@ -425,6 +452,52 @@ class PostgresStore:
 
 _BlobKey = tuple[str, str, str, str]  # thread_id, checkpoint_ns, channel, version
 _WriteKey = tuple[str, str, str, str, int]  # thread_id, checkpoint_ns, checkpoint_id, task_id, idx
+
+
+def _put_params(row: CheckpointRow, blobs: Sequence[BlobRow], key: int) -> tuple[Any, ...]:
+    """The parameters of `PUT_CHECKPOINT` (`key`: the thread's lock)."""
+    full = [b for b in blobs if b.base_version is None]
+    deltas = [b for b in blobs if b.base_version is not None]
+    return (
+        row.thread_id, row.checkpoint_ns,
+        [b.channel for b in full], [b.version for b in full],
+        [b.type for b in full], [b.data for b in full],
+        [b.channel for b in deltas], [b.version for b in deltas],
+        [b.type for b in deltas], [b.data for b in deltas],
+        [b.base_version for b in deltas],
+        row.checkpoint_id, row.parent_checkpoint_id, row.run_id, *row.checkpoint, *row.metadata,
+        key,
+    )
+
+
+async def _put_holding(
+    conn: asyncpg.Connection, row: CheckpointRow, blobs: Sequence[BlobRow], params: Sequence[Any]
+) -> set[str]:
+    """`PUT_CHECKPOINT` in a transaction holding the thread's lock (waiting for a prune), then
+    the deltas whose base is gone written whole, with the checkpoint row. Returns those
+    deltas' channels."""
+    await conn.execute(sql.LOCK_THREADS_SHARED, [params[-1]])
+    found = await conn.fetchrow(sql.PUT_CHECKPOINT, *params)
+    if found["stored"]:
+        return set()
+    landed = set(found["landed"] or ())
+    whole = [whole_row(b) for b in blobs if b.base_version is not None and b.channel not in landed]
+    await conn.execute(
+        sql.UPSERT_BLOBS, row.thread_id, row.checkpoint_ns, [b.channel for b in whole],
+        [b.version for b in whole], [b.type for b in whole], [b.data for b in whole],
+    )
+    await conn.execute(
+        sql.UPSERT_CHECKPOINT,
+        row.thread_id, row.checkpoint_ns, row.checkpoint_id, row.parent_checkpoint_id,
+        row.run_id, *row.checkpoint, *row.metadata,
+    )
+    return {b.channel for b in whole}
+
+
+def _threads_of(item: BatchItem) -> set[str]:
+    if isinstance(item, tuple):
+        return {item[0].thread_id}
+    return {w.thread_id for w in item}
 
 
 def _batch_params(

@@ -290,24 +290,13 @@ end
 return out
 """
 
-# Everything prune/delete_for_runs needs to plan: {gen, {ns\0cid, row, ...}, {field, base, ...}}.
-SNAPSHOT = _PRELUDE + r"""
-local refs = {}
-local all = redis.call('HGETALL', KEYS[4])
-for i = 1, #all, 2 do
-  local v = all[i + 1]
-  refs[#refs + 1] = all[i]
-  refs[#refs + 1] = string.sub(v, 1, string.find(v, '\0', 1, true) - 1)
-end
-return {redis.call('HGET', KEYS[7], 'gen') or '0', redis.call('HGETALL', KEYS[3]), refs}
-"""
-
-# ARGV: gen, n, n x (ns, cid) victims, then dead blob fields. Applies only if the thread is
-# still at `gen` (nothing written since the plan); returns 1, or 0 to re-plan.
+# ARGV: n, then n x (ns, cid): the checkpoints to delete, with their writes; then every blob
+# that no remaining checkpoint reads (by its channel list, as GET_TUPLE reads them), directly
+# or as an append-delta base. One script: no write lands between the plan and the deletes,
+# however busy the thread. Returns how many blobs went.
 DELETE_CHECKPOINTS = _PRELUDE + r"""
-if (redis.call('HGET', KEYS[7], 'gen') or '0') ~= ARGV[1] then return 0 end
-local n = tonumber(ARGV[2])
-for i = 3, 2 + 2 * n, 2 do
+local n = tonumber(ARGV[1])
+for i = 2, 1 + 2 * n, 2 do
   local ns, cid = ARGV[i], ARGV[i + 1]
   local f = ns .. '\0' .. cid
   redis.call('HDEL', KEYS[3], f)
@@ -315,9 +304,31 @@ for i = 3, 2 + 2 * n, 2 do
   redis.call('ZREM', KEYS[2], cid .. '\0' .. ns)
   drop_writes(ns, cid)
 end
-for i = 3 + 2 * n, #ARGV do redis.call('HDEL', KEYS[4], ARGV[i]) end
+local live = {}
+local rows = redis.call('HGETALL', KEYS[3])
+for i = 1, #rows, 2 do
+  local ns = string.sub(rows[i], 1, string.find(rows[i], '\0', 1, true) - 1)
+  local _, _, names = split_row(rows[i + 1])
+  for ch, ver in string.gmatch(names, '([^%z]*)%z([^%z]*)%z') do
+    local f = ns .. '\0' .. ch .. '\0' .. ver
+    while f and not live[f] do
+      live[f] = true
+      local v = redis.call('HGET', KEYS[4], f)
+      f = nil
+      local p = v and string.find(v, '\0', 1, true)
+      if p and p > 1 then f = ns .. '\0' .. ch .. '\0' .. string.sub(v, 1, p - 1) end
+    end
+  end
+end
+local dead = {}
+for _, f in ipairs(redis.call('HKEYS', KEYS[4])) do
+  if not live[f] then dead[#dead + 1] = f end
+end
+for i = 1, #dead, 1000 do
+  redis.call('HDEL', KEYS[4], unpack(dead, i, math.min(i + 999, #dead)))
+end
 redis.call('HINCRBY', KEYS[7], 'gen', 1)
-return 1
+return #dead
 """
 
 # The raw contents to copy: {{ns\0cid, row, ...}, {field, blob, ...}, {field, write, ...}}.

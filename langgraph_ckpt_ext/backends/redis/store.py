@@ -23,7 +23,6 @@ from ...core.codec import writes_order
 from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
 from ...core.perloop import PerLoop
 from ...core.rows import (
-    BlobRef,
     BlobRow,
     CheckpointRow,
     ListQuery,
@@ -53,7 +52,6 @@ class _Desc:
     def __lt__(self, other: _Desc) -> bool:
         return self.key > other.key
 _ATTEMPTS = 3
-_REPLANS = 8  # prune/delete_for_runs re-plan when the thread changed under them
 _SWEEP_EVERY = 512  # writes between two steps of the thread-index sweep
 _SEEN = 65536  # threads and runs this process remembers having indexed
 _LOST = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
@@ -68,7 +66,7 @@ class _Script:
 
 _S = {name: _Script(getattr(scripts, name)) for name in (
     "PUT", "PUT_WRITES", "BATCH", "GET_TUPLE", "GET_ROW", "GET_BLOBS", "GET_WRITES", "GET_ANCESTORS",
-    "PAGE", "FIND_RUNS", "SNAPSHOT", "DELETE_CHECKPOINTS", "DUMP", "LOAD", "DELETE_THREAD",
+    "PAGE", "FIND_RUNS", "DELETE_CHECKPOINTS", "DUMP", "LOAD", "DELETE_THREAD",
     "PIN", "TOUCH", "DEADLINE", "EXISTING", "REWRITE", "MIGRATIONS", "SIZES",
 )}
 _KINDS = {b"c": "checkpoint", b"b": "blob", b"w": "write"}
@@ -540,29 +538,13 @@ class RedisStore:
     async def delete_checkpoints(
         self, thread_id: str, victims: Collection[tuple[str, str]], gc: GcPlanner
     ) -> None:
-        keys = self.keys(thread_id)
-        wanted = set(victims)
-        for _ in range(_REPLANS):
-            gen, flat_rows, flat_refs = await self._call("SNAPSHOT", keys, [])
-            rows = [_field_row(thread_id, flat_rows[i], flat_rows[i + 1])
-                    for i in range(0, len(flat_rows), 2)]
-            remaining = [r for r in rows if (r.checkpoint_ns, r.checkpoint_id) not in wanted]
-            refs = []
-            for i in range(0, len(flat_refs), 2):
-                ns, ch, ver = (_s(p) for p in flat_refs[i].split(b"\0", 2))
-                refs.append(BlobRef(ns, ch, ver, _s(flat_refs[i + 1]) or None))
-            dead = [b"\0".join(_b(p) for p in key) for key in gc(remaining, refs)]
-            present = [(r.checkpoint_ns, r.checkpoint_id) for r in rows
-                       if (r.checkpoint_ns, r.checkpoint_id) in wanted]
-            args: list[Any] = [gen, len(present)]
-            for ns, cid in present:
-                args += [ns, cid]
-            if await self._call("DELETE_CHECKPOINTS", keys, [*args, *dead]):
-                return
-        raise StoreUnavailableError(
-            f"thread {thread_id!r} kept changing while its checkpoints were being deleted; "
-            "retry when it is idle"
-        )
+        # The script finds the dead blobs itself, as `gc` would (by each row's channel list,
+        # the very list reads follow), in the call that deletes them: a plan made here could
+        # be stale by the time it is applied, on a thread being written.
+        args: list[Any] = [len(victims)]
+        for ns, cid in victims:
+            args += [ns, cid]
+        await self._call("DELETE_CHECKPOINTS", self.keys(thread_id), args)
 
     async def pin(self, thread_id: str, pinned: bool) -> None:
         await self._call("PIN", self.keys(thread_id), ["1" if pinned else "", self._ttl_arg])

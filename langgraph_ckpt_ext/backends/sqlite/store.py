@@ -212,6 +212,8 @@ class SQLiteStore:
     ) -> None:
         keys = [(thread_id, ns, cid) for ns, cid in victims]
 
+        # Safe against writers without more: this runs in the write transaction (BEGIN
+        # IMMEDIATE), which every writer of the file, in any process, takes in turn.
         def op(conn: sqlite3.Connection) -> None:
             conn.executemany(sql.DELETE_CHECKPOINT, keys)
             conn.executemany(sql.DELETE_CHECKPOINT_WRITES, keys)
