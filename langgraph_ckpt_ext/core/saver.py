@@ -8,6 +8,7 @@ sync twins, which all go through one bridge.
 from __future__ import annotations
 
 import builtins
+import contextlib
 from collections import OrderedDict, defaultdict
 from collections.abc import (
     AsyncIterator,
@@ -50,6 +51,7 @@ from .config import (
 )
 from .errors import InvalidConfigError
 from .filters import matches, validate_filter
+from .lifetime import store_lifetime
 from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery, StoredSize, WriteRow
 from .store import BatchItem, BlobKey, Store
 from .versions import (
@@ -127,6 +129,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         self._row_versions = bool(getattr(store, "wants_versions", False))
         self._log = AppendLog(snapshot_every)
         self._bridge = bridge or Bridge(f"lgckpt-{type(self).__name__}")
+        self._lifetime = store_lifetime(type(self).__name__, store, self._bridge)
 
     # -- the sync twins -------------------------------------------------------------------
 
@@ -839,17 +842,33 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     async def asetup(self) -> int:
         return await self._store.migrate()
 
+    def _setup_or_close(self) -> None:
+        """`setup()` for a constructor: one that fails closes what it opened (its caller never
+        gets the object to close)."""
+        try:
+            self.setup()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the setup's error is the one to see
+                self.close()
+            raise
+
     async def aclose(self) -> None:
         """Close what this checkpointer owns (a connection or pool passed in stays open)."""
+        self._closing()
         await self._store.close()
         self._bridge.close()
 
     def close(self) -> None:
+        self._closing()
         if self._store.inline:
             run_inline(self._store.close())
         else:
             self._bridge.run(self._store.close())
         self._bridge.close()
+
+    def _closing(self) -> None:
+        if self._lifetime is not None:  # closed by its owner: nothing to release when dropped
+            self._lifetime.closed()
 
     def __enter__(self: T) -> T:
         return self

@@ -80,7 +80,7 @@ class PostgresCheckpointer(StoreCheckpointer):
             audit=audit,
         )
         if setup:
-            self.setup()
+            self._setup_or_close()
 
     @classmethod
     @asynccontextmanager

@@ -84,7 +84,7 @@ class RedisCheckpointer(StoreCheckpointer):
             schema_chain=schema_chain, audit=audit,
         )
         if setup and not given:
-            self.setup()
+            self._setup_or_close()
 
     @classmethod
     @asynccontextmanager

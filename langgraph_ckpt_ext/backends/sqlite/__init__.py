@@ -106,7 +106,7 @@ class SQLiteCheckpointer(StoreCheckpointer):
             schema_chain=schema_chain, audit=audit,
         )
         if setup and _store is None:
-            self.setup()
+            self._setup_or_close()
 
     @classmethod
     @asynccontextmanager
