@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ..core.appendlog import DEFAULT_MAX_BYTES
 from ..core.codec import writes_order
 from ..core.rows import (
     BlobRef,
@@ -303,6 +304,9 @@ class InMemoryCheckpointer(StoreCheckpointer):
     Args:
         serde: serializer for every stored value (default: LangGraph's, strict).
         snapshot_every: full value of an append-grown list at least every N versions.
+        append_log_bytes: memory kept of list channels' last stored values, so that a put
+            stores only the items appended (64 MiB by default; past it the least recently
+            written list is dropped, and stored whole at its next put; 0: none kept).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): see
             `migrate_threads`.
         audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
@@ -318,11 +322,13 @@ class InMemoryCheckpointer(StoreCheckpointer):
         *,
         serde: SerializerProtocol | None = None,
         snapshot_every: int = 256,
+        append_log_bytes: int = DEFAULT_MAX_BYTES,
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
     ) -> None:
         super().__init__(
-            MemoryStore(), serde=serde, snapshot_every=snapshot_every, schema_chain=schema_chain,
+            MemoryStore(), serde=serde, snapshot_every=snapshot_every,
+            append_log_bytes=append_log_bytes, schema_chain=schema_chain,
             audit=audit,
         )
 

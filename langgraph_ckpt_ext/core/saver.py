@@ -40,7 +40,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ..timetravel.methods import TimeTravel
 from . import codec
-from .appendlog import AppendLog, Plan
+from .appendlog import DEFAULT_MAX_BYTES, AppendLog, Plan
 from .bridge import Bridge, iterate_inline, run_inline
 from .config import (
     checkpoint_id_of,
@@ -98,6 +98,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         serde: serializer for every stored value (default: strict `JsonPlusSerializer`).
         snapshot_every: a list channel grown by appending is stored as deltas, with a full
             value at least every `snapshot_every` versions (a power of two).
+        append_log_bytes: memory this process keeps of list channels' last stored values (see
+            `AppendLog`), least recently written dropped first (such a list is stored whole at
+            its next put). 0: none kept, every list stored whole.
         schema_chain: the state schema's version and upcasters (`SchemaChain`): checkpoints
             are stamped with its current version, older ones are upgraded when read, and
             `migrate_threads` rewrites them in storage.
@@ -112,6 +115,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         *,
         serde: SerializerProtocol | None = None,
         snapshot_every: int = 256,
+        append_log_bytes: int = DEFAULT_MAX_BYTES,
         bridge: Bridge | None = None,
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
@@ -127,7 +131,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         self._store = store
         # A store that resolves blobs server-side needs each row's channel versions.
         self._row_versions = bool(getattr(store, "wants_versions", False))
-        self._log = AppendLog(snapshot_every)
+        self._log = AppendLog(snapshot_every, append_log_bytes)
         self._bridge = bridge or Bridge(f"lgckpt-{type(self).__name__}")
         self._lifetime = store_lifetime(type(self).__name__, store, self._bridge)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.errors import InvalidConfigError, StoreUnavailableError, require
 from ...core.saver import StoreCheckpointer
 from ...migrations import SchemaChain
@@ -38,6 +39,9 @@ class PostgresCheckpointer(StoreCheckpointer):
         schema: keep the tables in this schema (created by `setup()`), e.g. one per tenant.
         serde: serializer for every stored value (default: LangGraph's, strict).
         snapshot_every: full value of an append-grown list at least every N versions.
+        append_log_bytes: memory kept of list channels' last stored values, so that a put
+            stores only the items appended (64 MiB by default; past it the least recently
+            written list is dropped, and stored whole at its next put; 0: none kept).
         setup: create or migrate the tables now (DSN only; idempotent, safe across processes).
         schema_chain: the state schema's version and upcasters (`SchemaChain`; not to be
             confused with `schema`, the PostgreSQL schema): see `migrate_threads`.
@@ -59,6 +63,7 @@ class PostgresCheckpointer(StoreCheckpointer):
         schema: str | None = None,
         serde: SerializerProtocol | None = None,
         snapshot_every: int = 256,
+        append_log_bytes: int = DEFAULT_MAX_BYTES,
         setup: bool = True,
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
@@ -76,7 +81,8 @@ class PostgresCheckpointer(StoreCheckpointer):
             store = PostgresStore(dsn=dsn, pool=conn, pool_options=pool_options, schema=schema)
             setup = False
         super().__init__(
-            store, serde=serde, snapshot_every=snapshot_every, schema_chain=schema_chain,
+            store, serde=serde, snapshot_every=snapshot_every,
+            append_log_bytes=append_log_bytes, schema_chain=schema_chain,
             audit=audit,
         )
         if setup:
