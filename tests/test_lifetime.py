@@ -66,6 +66,15 @@ def _until(done: Callable[[], bool], timeout: float = 10.0) -> bool:
     return True
 
 
+def _close_all(cp: Any) -> None:
+    """Close a checkpointer and those a wrapper holds (which stay the caller's)."""
+    cp.close()
+    for inner in [getattr(cp, "inner", None), getattr(cp, "primary", None),
+                  *getattr(cp, "replicas", [])]:
+        if inner is not None:
+            inner.close()
+
+
 @contextmanager
 def _recorded() -> Iterator[list[warnings.WarningMessage]]:
     with warnings.catch_warnings(record=True) as caught:
@@ -86,7 +95,7 @@ def _drop_many(make: Callable[[int], Any], extra: Callable[[], int] | None = Non
     """Open `n` checkpointers, use each once, drop them. Returns how many are still alive,
     the fds, threads and `extra()` (server connections) above what there was before, and the
     warnings."""
-    make(-1).close()  # drivers imported, lazy pools warm: not counted
+    _close_all(make(-1))  # drivers imported, lazy pools warm: not counted
     gc.collect()
     fds, threads = _fds(), threading.active_count()
     base = extra() if extra else 0
