@@ -247,3 +247,19 @@ def test_a_dropped_smart_checkpointer_still_writes_what_it_buffered() -> None:
         assert _until(lambda: ref() is None)
     assert inner.get_tuple(conf("t")) is not None
     assert _ours(caught, "SmartCheckpointer") == 1
+
+
+def test_dropped_replicated_checkpointers_end_their_replicator_process(tmp_path: Path) -> None:
+    def make(i: int) -> Any:  # the replica applied by a child process (a URL)
+        return ReplicatedCheckpointer(SQLiteCheckpointer(tmp_path / f"{i}.db"),
+                                      [f"sqlite:///{tmp_path / f'{i}r.db'}"])
+
+    before = _children()
+    _assert_released(_drop_many(make, n=3), "ReplicatedCheckpointer", 3)
+    assert _until(lambda: _children() <= before), "a replicator process is still running"
+
+
+def _children() -> set[str]:
+    """This process's child processes (their pids)."""
+    tasks = Path("/proc/self/task")
+    return {pid for t in tasks.iterdir() for pid in (t / "children").read_text().split()}
