@@ -31,7 +31,7 @@ def test_every_checkpointer_takes_the_budget(backend: str, tmp_path: Path) -> No
         cp.close()
         cleanup(backend, cp)
     assert InMemoryCheckpointer()._log.max_bytes == DEFAULT_MAX_BYTES == 64 * MiB
-    assert connect("memory://", append_log_bytes=MiB)._log.max_bytes == MiB
+    assert connect("memory://", append_log_bytes=MiB)._log.max_bytes == MiB  # holds nothing
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "64MiB", True])
