@@ -289,7 +289,8 @@ def test_a_host_that_never_answers_a_connect_fails_in_bounded_time() -> None:
         fillers.append(f)
     url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
     try:
-        assert RedisCheckpointer(url, setup=False)._store._options["socket_connect_timeout"] == 5
+        with RedisCheckpointer(url, setup=False) as default:
+            assert default._store._options["socket_connect_timeout"] == 5
         cp = RedisCheckpointer(url, setup=False, cluster=False, socket_connect_timeout=0.3)
         started = time.monotonic()
         with pytest.raises(StoreUnavailableError, match="Redis unreachable"):

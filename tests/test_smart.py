@@ -101,6 +101,7 @@ def test_an_interrupt_is_written_at_once_whatever_the_policy() -> None:
     assert pending is not None and any(w[1] == "__interrupt__" for w in pending.pending_writes)
     out = approval_graph().compile(checkpointer=inner).invoke(Command(resume="y"), cfg("ask"))
     assert out["log"][-1] == "acted on y"
+    smart.close()
 
 
 def test_every_step_and_events_write_when_they_should() -> None:
@@ -114,6 +115,8 @@ def test_every_step_and_events_write_when_they_should() -> None:
     chat_graph().compile(checkpointer=events).invoke({"messages": [human("x")]}, cfg("f"))
     assert events.metrics.buffered == 0 and len(stored(inner, "f")) == 3
     assert events.metrics.batches == 1  # the whole run in one batch, at its end
+    every.close()
+    events.close()
 
 
 def test_a_write_that_comes_after_its_run_ended_is_written_at_once() -> None:
@@ -138,6 +141,7 @@ def test_a_write_that_comes_after_its_run_ended_is_written_at_once() -> None:
     conf2 = smart.put(conf1, _checkpoint("c2"), {"source": "input", "step": 2}, {})
     smart.put_writes(conf2, [("messages", ["next"])], "task-2")
     assert smart.metrics.buffered == 2  # a new run: its step waits for an event
+    smart.close()
 
 
 def test_tool_calls_and_plan_changes_are_events() -> None:
@@ -153,6 +157,7 @@ def test_tool_calls_and_plan_changes_are_events() -> None:
     assert stored(inner, "x") == ["c1"]
     smart.put_writes(conf2, [("plan", ["new step"])], "task-2")
     assert stored(inner, "x") == ["c2", "c1"]
+    smart.close()
 
 
 def _checkpoint(cid: str) -> Any:
@@ -201,6 +206,7 @@ def test_a_failed_flush_keeps_the_buffer_and_reports() -> None:
     inner.fail = False
     smart.flush()
     assert len(stored(inner, "f")) == 3 and smart.metrics.buffered == 0
+    smart.close()
 
 
 def test_coalesce_keeps_the_newest_checkpoint_reparented() -> None:
@@ -222,6 +228,7 @@ def test_coalesce_keeps_the_newest_checkpoint_reparented() -> None:
         "c", "echo: c"]
     out = plain.invoke({"messages": [human("d")]}, cfg("c"))
     assert out["turns"] == 4
+    smart.close()
 
 
 def test_bounded_buffer_flushes_early() -> None:
@@ -234,6 +241,8 @@ def test_bounded_buffer_flushes_early() -> None:
     tiny = SmartCheckpointer(inner, Periodic(3600), max_bytes=100)
     chat_graph().compile(checkpointer=tiny).invoke({"messages": [human("x" * 500)]}, cfg("y"))
     assert stored(inner, "y")
+    smart.close()
+    tiny.close()
 
 
 # -- a batch that does not wait for the one before it ---------------------------------------

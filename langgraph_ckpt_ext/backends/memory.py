@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ..core.appendlog import DEFAULT_MAX_BYTES
 from ..core.codec import writes_order
 from ..core.rows import (
     BlobRef,
@@ -306,6 +307,9 @@ class InMemoryCheckpointer(StoreCheckpointer):
         unsafe_allow_any_class: use `serde` as given, even where stored bytes may construct
             any class through it (whoever can write to the storage can then run code here).
         snapshot_every: full value of an append-grown list at least every N versions.
+        append_log_bytes: memory kept of list channels' last stored values, so that a put
+            stores only the items appended (64 MiB by default; past it the least recently
+            written list is dropped, and stored whole at its next put; 0: none kept).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): see
             `migrate_threads`.
         audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
@@ -321,12 +325,14 @@ class InMemoryCheckpointer(StoreCheckpointer):
         *,
         serde: SerializerProtocol | None = None,
         snapshot_every: int = 256,
+        append_log_bytes: int = DEFAULT_MAX_BYTES,
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
         unsafe_allow_any_class: bool = False,
     ) -> None:
         super().__init__(
-            MemoryStore(), serde=serde, snapshot_every=snapshot_every, schema_chain=schema_chain,
+            MemoryStore(), serde=serde, snapshot_every=snapshot_every,
+            append_log_bytes=append_log_bytes, schema_chain=schema_chain,
             audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
         )
 

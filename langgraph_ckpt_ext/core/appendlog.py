@@ -33,6 +33,9 @@ from .lru import SizedLRU
 
 _FULL = -1
 
+DEFAULT_MAX_BYTES = 64 << 20
+"""What a checkpointer keeps of its lists' last stored values by default (`append_log_bytes`)."""
+
 Mark = tuple[type, bytes]
 
 
@@ -126,13 +129,28 @@ class AppendLog:
     """Remembers each list channel's last stored bytes, per (thread, namespace, channel),
     bounded to `max_bytes` in all (least recently written dropped first)."""
 
-    def __init__(self, snapshot_every: int = 256, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, snapshot_every: int = 256, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if snapshot_every < 2 or snapshot_every & (snapshot_every - 1):
             raise ValueError(f"snapshot_every must be a power of two >= 2, got {snapshot_every}")
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ValueError(
+                f"append_log_bytes must be a number of bytes >= 0 (0: no append-deltas), got "
+                f"{max_bytes!r}")
         self.top_level = snapshot_every.bit_length() - 1
         self._chains: SizedLRU[tuple[str, str, str], Chain] = SizedLRU(
             max_bytes, lambda chain: chain.value.size)
         self._guard = threading.Lock()
+
+    @property
+    def max_bytes(self) -> int:
+        """The bound on `held_bytes`."""
+        return self._chains.max_bytes
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes remembered now: each list's bytes, with its decoded copies and marks."""
+        with self._guard:
+            return self._chains.total
 
     def _chain(self, thread_id: str, ns: str, channel: str) -> Chain | None:
         with self._guard:

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+_CLOSE_TIMEOUT = 30.0  # seconds a finalizer's close may take before the loop stops anyway
+
 
 def run_inline(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine that never suspends (an in-memory store) without any event loop."""
@@ -49,7 +51,10 @@ class Bridge:
                 def serve() -> None:
                     asyncio.set_event_loop(loop)
                     loop.call_soon(ready.set)
-                    loop.run_forever()
+                    try:
+                        loop.run_forever()
+                    finally:  # its selector's fds go with the thread, whoever stopped it
+                        loop.close()
 
                 thread = threading.Thread(target=serve, name=self._name, daemon=True)
                 thread.start()
@@ -95,7 +100,25 @@ class Bridge:
         loop.call_soon_threadsafe(loop.stop)
         if threading.current_thread() is not thread:
             thread.join(timeout=5)
-            loop.close()
+
+    def close_soon(self, coro: Coroutine[Any, Any, object]) -> None:
+        """Run `coro` (a store's close) on the private loop, then stop the loop and its thread,
+        waiting for neither: for a finalizer, which may run in any thread, this loop's too."""
+        try:
+            loop = self.loop
+        except BaseException:  # no thread to be had (the interpreter is going)
+            coro.close()
+            raise
+        with self._guard:
+            self._loop = self._thread = None
+
+        async def last() -> None:
+            try:
+                await asyncio.wait_for(coro, _CLOSE_TIMEOUT)
+            finally:
+                loop.stop()
+
+        asyncio.run_coroutine_threadsafe(last(), loop)
 
 
 async def _anext(agen: AsyncIterator[T]) -> T:

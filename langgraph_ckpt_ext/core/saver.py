@@ -8,6 +8,7 @@ sync twins, which all go through one bridge.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import copy
 from collections import OrderedDict, defaultdict
 from collections.abc import (
@@ -41,7 +42,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ..timetravel.methods import TimeTravel
 from . import codec
-from .appendlog import AppendLog, Plan
+from .appendlog import DEFAULT_MAX_BYTES, AppendLog, Plan
 from .bridge import Bridge, iterate_inline, run_inline
 from .chain import ParentWalk
 from .config import (
@@ -56,6 +57,7 @@ from .config import (
 )
 from .errors import InvalidConfigError
 from .filters import matches, validate_filter
+from .lifetime import store_lifetime
 from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery, StoredSize, WriteRow
 from .store import BatchItem, BlobKey, Store
 from .versions import (
@@ -173,6 +175,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             class through it (whoever can write to the storage can then run code here).
         snapshot_every: a list channel grown by appending is stored as deltas, with a full
             value at least every `snapshot_every` versions (a power of two).
+        append_log_bytes: memory this process keeps of list channels' last stored values (see
+            `AppendLog`), least recently written dropped first (such a list is stored whole at
+            its next put). 0: none kept, every list stored whole.
         schema_chain: the state schema's version and upcasters (`SchemaChain`): checkpoints
             are stamped with its current version, older ones are upgraded when read, and
             `migrate_threads` rewrites them in storage.
@@ -187,6 +192,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         *,
         serde: SerializerProtocol | None = None,
         snapshot_every: int = 256,
+        append_log_bytes: int = DEFAULT_MAX_BYTES,
         bridge: Bridge | None = None,
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
@@ -203,8 +209,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         self._store = store
         # A store that resolves blobs server-side needs each row's channel versions.
         self._row_versions = bool(getattr(store, "wants_versions", False))
-        self._log = AppendLog(snapshot_every)
+        self._log = AppendLog(snapshot_every, append_log_bytes)
         self._bridge = bridge or Bridge(f"lgckpt-{type(self).__name__}")
+        self._lifetime = store_lifetime(type(self).__name__, store, self._bridge)
 
     # -- the sync twins -------------------------------------------------------------------
 
@@ -926,17 +933,33 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     async def asetup(self) -> int:
         return await self._store.migrate()
 
+    def _setup_or_close(self) -> None:
+        """`setup()` for a constructor: one that fails closes what it opened (its caller never
+        gets the object to close)."""
+        try:
+            self.setup()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the setup's error is the one to see
+                self.close()
+            raise
+
     async def aclose(self) -> None:
         """Close what this checkpointer owns (a connection or pool passed in stays open)."""
+        self._closing()
         await self._store.close()
         self._bridge.close()
 
     def close(self) -> None:
+        self._closing()
         if self._store.inline:
             run_inline(self._store.close())
         else:
             self._bridge.run(self._store.close())
         self._bridge.close()
+
+    def _closing(self) -> None:
+        if self._lifetime is not None:  # closed by its owner: nothing to release when dropped
+            self._lifetime.closed()
 
     def __enter__(self: T) -> T:
         return self

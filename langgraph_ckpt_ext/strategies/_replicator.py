@@ -163,12 +163,13 @@ def child_main() -> None:  # pragma: no cover - runs in the child; covered by it
         specs: Sequence[tuple[str, str, dict[str, Any]]] = hello[1]
         Owner.linger = float(hello[2].get("linger", 0.0))
         replicas = []
+        owner = Owner()  # held here: a replica holds its owner weakly
         for i, (name, url, options) in enumerate(specs):
             try:
                 saver: Any = connect(url, **options)
             except (ConnectionError, OSError):  # down at start: opened once it answers
                 saver = _Deferred(url, options)
-            r = ChildReplica(name, saver, Owner())  # type: ignore[arg-type]
+            r = ChildReplica(name, saver, owner)  # type: ignore[arg-type]
             r.index = i
             replicas.append(r)
     except BaseException as exc:
@@ -247,6 +248,8 @@ class Replicator:
         answer = read_frame(self._in)
         if answer[0] != "ready":
             self.process.wait(timeout=10)
+            self._out.close()
+            self._in.close()
             from ..core.errors import InvalidConfigError
 
             raise InvalidConfigError(f"the replicas could not be opened: {answer[1]}")
@@ -287,6 +290,9 @@ class Replicator:
         except Exception:
             self.process.kill()
             self.process.wait()
+        for stream in (self._out, self._in):  # the pipes' fds, not left to the collector
+            with contextlib.suppress(OSError, ValueError):
+                stream.close()
 
 
 class ProcessReplica(_Health):

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 import time
+import weakref
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +47,7 @@ from ..core.errors import (
     ThreadExistsError,
 )
 from ..core.filters import validate_filter
+from ..core.lifetime import Lifetime
 from ..core.saver import PreparedBatch, StoreCheckpointer
 
 T = TypeVar("T")
@@ -282,7 +285,9 @@ class _Health:
     (all under `cond`)."""
 
     def __init__(self, name: str, owner: Any) -> None:
-        self.name, self.owner = name, owner
+        # Weakly: a worker thread holds its replica, and must not hold a checkpointer dropped
+        # without close() alive with it.
+        self.name, self.owner = name, weakref.proxy(owner)
         self.busy: Counter[str] = Counter()  # queued ops per thread
         self.cond = threading.Condition()
         self.up = True
@@ -417,7 +422,10 @@ class _Replica(_Health):
         """Let a run of one thread's writes gather (a turn's checkpoints and writes come a few
         ms apart) so that it goes as one batch: fewer round trips and less Python per write.
         Not for a quorum write (someone waits on it) nor when stopping (under `cond`)."""
-        linger = self.owner.linger
+        try:
+            linger = self.owner.linger
+        except ReferenceError:  # dropped: stopping, with what is queued
+            return
         if not linger or not self.up:
             return
         while self.queue and not self.stopping and len(self.queue) < _BATCH:
@@ -621,7 +629,7 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         if urls:
             from ._replicator import Replicator
 
-            self._replicator = Replicator(urls, self._on_events, linger)
+            self._replicator = Replicator(urls, _deliver(self._replicas), linger)
         # Quorum writes carry values instead: a replica that lost an append-delta's base (a
         # restart) then writes that value whole, and the write still counts for the quorum.
         # With rows it would refuse the write until repaired, which async replication leaves
@@ -647,8 +655,11 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
         self._repairer: threading.Thread | None = None
         if consistency == "anti_entropy":
             self._repairer = threading.Thread(
-                target=self._anti_entropy, name="lgckpt-anti-entropy", daemon=True)
+                target=_anti_entropy, args=(weakref.ref(self), self._closed),
+                name="lgckpt-anti-entropy", daemon=True)
             self._repairer.start()
+        self._lifetime = Lifetime(type(self).__name__, functools.partial(
+            _wind_down, self._replicas, self._replicator, self._closed))
 
     @property
     def replicas(self) -> list[BaseCheckpointSaver[Any]]:
@@ -704,16 +715,6 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
             if self._replicator is not None:
                 self._replicator.ship(op, targets)
         return ack
-
-    def _on_events(self, events: list[Any]) -> None:
-        """What the replicator process's replicas did (its reader thread)."""
-        by_index = {r.index: r for r in self._replicas
-                    if r.thread is None and hasattr(r, "index")}
-        for kind, index, *rest in events:
-            r = by_index.get(index)
-            if r is not None:
-                with r.cond:
-                    r.event(kind, *rest)
 
     def _confirmed(self, ack: _Ack | None, done: bool) -> None:
         if ack is None:
@@ -1164,36 +1165,34 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
                 replica.to_repair -= marked - set(report.threads_skipped)
         return report
 
-    def _anti_entropy(self) -> None:
-        """Every `repair_interval`: repair the threads written since the last pass and those
-        marked for repair; every `full_repair_every` passes (and when a write named no thread),
-        every thread (a replica may also lose data no write of ours tells of: a restart)."""
-        passes = 0
-        while not self._closed.wait(self.repair_interval):
-            passes += 1
-            with self._lock:
-                written, self._written = self._written, set()
-            full = written is None or passes % self.full_repair_every == 0
-            marked = set().union(*(r.to_repair for r in self._replicas))
-            if not full and not written and not marked and not any(
-                    r.repair_all for r in self._replicas):
-                continue
-            if any(r.repair_all for r in self._replicas):
-                full = True
-            try:
-                report = self._repair(None if full else sorted((written or set()) | marked),
-                                      quick=not full)
-            except Exception:  # reported in each replica's status; tried again next pass
-                continue
-            busy = {t for r in report.replicas for t in r.threads_skipped}
-            with self._lock:  # compared again next time
-                if self._written is not None:
-                    self._written |= busy
+    def _anti_entropy_pass(self, passes: int) -> None:
+        """Repair the threads written since the last pass and those marked for repair; every
+        `full_repair_every` passes (and when a write named no thread), every thread (a replica
+        may also lose data no write of ours tells of: a restart)."""
+        with self._lock:
+            written, self._written = self._written, set()
+        full = written is None or passes % self.full_repair_every == 0
+        marked = set().union(*(r.to_repair for r in self._replicas))
+        if not full and not written and not marked and not any(
+                r.repair_all for r in self._replicas):
+            return
+        if any(r.repair_all for r in self._replicas):
+            full = True
+        try:
+            report = self._repair(None if full else sorted((written or set()) | marked),
+                                  quick=not full)
+        except Exception:  # reported in each replica's status; tried again next pass
+            return
+        busy = {t for r in report.replicas for t in r.threads_skipped}
+        with self._lock:  # compared again next time
+            if self._written is not None:
+                self._written |= busy
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Apply what is queued (up to `timeout` s), then stop the workers and the background
         repair. The primary and replicas are the caller's and stay open."""
         self.flush(timeout)
+        self._lifetime.closed()
         self._closed.set()
         for r in self._replicas:
             r.stop()
@@ -1222,6 +1221,60 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _anti_entropy(ref: weakref.ref[ReplicatedCheckpointer], closed: threading.Event) -> None:
+    """The background repair: a pass every `repair_interval` (holding the checkpointer only
+    during a pass), until it is closed or dropped."""
+    passes = 0
+    while True:
+        cp = ref()
+        if cp is None:
+            return
+        interval = cp.repair_interval
+        del cp
+        if closed.wait(interval):
+            return
+        cp = ref()
+        if cp is None:
+            return
+        passes += 1
+        cp._anti_entropy_pass(passes)
+        del cp
+
+
+def _deliver(replicas: Sequence[Any]) -> Callable[[list[Any]], None]:
+    """What the replicator process's replicas did, for its reader thread to hand to their
+    views here (`ProcessReplica`)."""
+    by_index = {r.index: r for r in replicas if r.thread is None and hasattr(r, "index")}
+
+    def on_events(events: list[Any]) -> None:
+        for kind, index, *rest in events:
+            r = by_index.get(index)
+            if r is not None:
+                with r.cond:
+                    r.event(kind, *rest)
+
+    return on_events
+
+
+def _wind_down(replicas: Sequence[Any], replicator: Any, closed: threading.Event) -> None:
+    """`close()` of a checkpointer dropped unclosed, without waiting: the workers apply what
+    is queued and stop, the background repair stops, the replicator process ends (and the
+    readers opened here close), in a thread of their own."""
+    closed.set()
+    for r in replicas:
+        r.stop()
+
+    def finish() -> None:
+        if replicator is not None:
+            replicator.close()
+        for r in replicas:
+            if hasattr(r, "close"):
+                r.close()
+
+    if replicator is not None or any(hasattr(r, "close") for r in replicas):
+        threading.Thread(target=finish, name="lgckpt-replicated-close", daemon=True).start()
 
 
 def _replica_spec(r: Any) -> Any:

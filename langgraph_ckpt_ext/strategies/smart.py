@@ -51,6 +51,7 @@ from ..core.config import (
 )
 from ..core.errors import InvalidConfigError
 from ..core.filters import matches, validate_filter
+from ..core.lifetime import Lifetime
 from ..core.lru import SizedLRU
 from ..core.saver import StoreCheckpointer
 from ..core.versions import version_key
@@ -201,6 +202,48 @@ def _flush_at_exit() -> None:
             cp.flush()
 
 
+class _Timer:
+    """The interval timer's thread (one for a checkpointer and its `with_allowlist` copies).
+
+    The thread holds its checkpointer weakly while nothing is buffered, so that one dropped
+    without `close()` is collected (its finalizer stops the thread), and strongly while
+    checkpoints wait: those are written when due (or at exit) even if it was dropped.
+    """
+
+    def __init__(self) -> None:
+        self.wake = threading.Event()
+        self.closed = False
+        self._thread: threading.Thread | None = None
+        self._guard = threading.Lock()
+
+    def arm(self, owner: SmartCheckpointer) -> None:
+        with self._guard:
+            # Gone with a dropped checkpointer, while a copy of it lives on: a new one.
+            if not self.closed and (self._thread is None or not self._thread.is_alive()):
+                self._thread = threading.Thread(
+                    target=_serve_timer, args=(weakref.ref(owner), self), name="lgckpt-smart",
+                    daemon=True)
+                self._thread.start()
+        self.wake.set()
+
+    def stop(self) -> None:
+        self.closed = True
+        self.wake.set()
+
+
+def _serve_timer(ref: weakref.ref[SmartCheckpointer], timer: _Timer) -> None:
+    held: SmartCheckpointer | None = None
+    while not timer.closed:
+        cp = ref() if held is None else held
+        if cp is None:
+            return
+        timer.wake.clear()  # before the pass: a wake that comes during it is not lost
+        wait = cp._timer_pass()
+        held = cp if cp._buffering() else None
+        del cp
+        timer.wake.wait(None if math.isinf(wait) else max(wait, 0.001))
+
+
 class SmartCheckpointer(BaseCheckpointSaver[Any]):
     """Wraps any checkpointer and writes to it when it matters.
 
@@ -272,10 +315,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         self._ended: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._lock = threading.RLock()
         self._metrics = Metrics()
-        self._timer_wake = threading.Event()
-        self._closed = False
-        self._timer = threading.Thread(target=self._run_timer, name="lgckpt-smart", daemon=True)
-        self._timer_started = False
+        self._timer = _Timer()
+        self._lifetime = Lifetime(type(self).__name__, self._timer.stop)
         _live.add(self)
 
     # -- metrics ----------------------------------------------------------------------------
@@ -539,6 +580,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         self._metrics.writes_written += sum(isinstance(i, _Writes) for i in batch)
         if not st.pending and not st.flights:
             del self._threads[thread_id]
+            if not self._threads:  # the timer may let go of this checkpointer now
+                self._timer.wake.set()
 
     def _flush_thread(self, thread_id: str, until_empty: bool = True) -> None:
         """Write the thread's queue as one batch (after a flush already writing it, unless
@@ -691,12 +734,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
     # -- the interval timer -----------------------------------------------------------------
 
     def _arm_timer(self) -> None:
-        if not self._timer_started and not self._closed:
-            with self._lock:
-                if not self._timer_started:
-                    self._timer_started = True
-                    self._timer.start()
-        self._timer_wake.set()
+        self._timer.arm(self)
 
     def _next_due(self) -> tuple[float, list[str]]:
         """Seconds until the next thread is due, and the threads due now."""
@@ -716,16 +754,19 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                     wait = min(wait, left)
         return wait, due
 
-    def _run_timer(self) -> None:
-        while not self._closed:
-            wait, due = self._next_due()
-            for thread_id in due:
-                try:
-                    self._flush_thread(thread_id)
-                except Exception:  # kept in the buffer and in metrics.last_error; retried
-                    wait = min(wait, 1.0)
-            self._timer_wake.wait(None if math.isinf(wait) else max(wait, 0.001))
-            self._timer_wake.clear()
+    def _timer_pass(self) -> float:
+        """Write the threads due now; seconds until the next one is due."""
+        wait, due = self._next_due()
+        for thread_id in due:
+            try:
+                self._flush_thread(thread_id)
+            except Exception:  # kept in the buffer and in metrics.last_error; retried
+                wait = min(wait, 1.0)
+        return wait
+
+    def _buffering(self) -> bool:
+        with self._lock:
+            return bool(self._threads)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -883,6 +924,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
                 if st is None or not st.flights:
                     self._threads.pop(str(thread_id), None)
                     self._encoded.drop_thread(str(thread_id))
+                    if not self._threads:
+                        self._timer.wake.set()
                     return
             time.sleep(0.002)  # a flush is writing it: delete after it
 
@@ -944,13 +987,13 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         """Write everything buffered and stop the interval timer (the inner checkpointer is
         the caller's and stays open)."""
         self.flush()
-        self._closed = True
-        self._timer_wake.set()
+        self._lifetime.closed()
+        self._timer.stop()
 
     async def aclose(self) -> None:
         await self.aflush()
-        self._closed = True
-        self._timer_wake.set()
+        self._lifetime.closed()
+        self._timer.stop()
 
     def __enter__(self) -> SmartCheckpointer:
         return self

@@ -9,6 +9,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.errors import InvalidConfigError, StoreUnavailableError, require
 from ...core.saver import StoreCheckpointer, loading_serde
 from ...migrations import SchemaChain
@@ -41,6 +42,9 @@ class PostgresCheckpointer(StoreCheckpointer):
         unsafe_allow_any_class: use `serde` as given, even where stored bytes may construct
             any class through it (whoever can write to the storage can then run code here).
         snapshot_every: full value of an append-grown list at least every N versions.
+        append_log_bytes: memory kept of list channels' last stored values, so that a put
+            stores only the items appended (64 MiB by default; past it the least recently
+            written list is dropped, and stored whole at its next put; 0: none kept).
         setup: create or migrate the tables now (DSN only; idempotent, safe across processes).
         schema_chain: the state schema's version and upcasters (`SchemaChain`; not to be
             confused with `schema`, the PostgreSQL schema): see `migrate_threads`.
@@ -62,6 +66,7 @@ class PostgresCheckpointer(StoreCheckpointer):
         schema: str | None = None,
         serde: SerializerProtocol | None = None,
         snapshot_every: int = 256,
+        append_log_bytes: int = DEFAULT_MAX_BYTES,
         setup: bool = True,
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
@@ -82,11 +87,12 @@ class PostgresCheckpointer(StoreCheckpointer):
             store = PostgresStore(dsn=dsn, pool=conn, pool_options=pool_options, schema=schema)
             setup = False
         super().__init__(
-            store, serde=serde, snapshot_every=snapshot_every, schema_chain=schema_chain,
+            store, serde=serde, snapshot_every=snapshot_every,
+            append_log_bytes=append_log_bytes, schema_chain=schema_chain,
             audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
         )
         if setup:
-            self.setup()
+            self._setup_or_close()
 
     @classmethod
     @asynccontextmanager

@@ -8,6 +8,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.bridge import Bridge
 from ...core.errors import require
 from ...core.saver import StoreCheckpointer, loading_serde
@@ -42,6 +43,9 @@ class RedisCheckpointer(StoreCheckpointer):
         unsafe_allow_any_class: use `serde` as given, even where stored bytes may construct
             any class through it (whoever can write to the storage can then run code here).
         snapshot_every: full value of an append-grown list at least every N versions.
+        append_log_bytes: memory kept of list channels' last stored values, so that a put
+            stores only the items appended (64 MiB by default; past it the least recently
+            written list is dropped, and stored whole at its next put; 0: none kept).
         setup: record the key layout's version now (URL only; idempotent).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): see
             `migrate_threads`.
@@ -65,6 +69,7 @@ class RedisCheckpointer(StoreCheckpointer):
         cluster: bool | None = None,
         serde: SerializerProtocol | None = None,
         snapshot_every: int = 256,
+        append_log_bytes: int = DEFAULT_MAX_BYTES,
         setup: bool = True,
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
@@ -86,11 +91,12 @@ class RedisCheckpointer(StoreCheckpointer):
             client_options=client_options,
         )
         super().__init__(
-            store, serde=serde, snapshot_every=snapshot_every, bridge=bridge,
+            store, serde=serde, snapshot_every=snapshot_every,
+            append_log_bytes=append_log_bytes, bridge=bridge,
             schema_chain=schema_chain, audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
         )
         if setup and not given:
-            self.setup()
+            self._setup_or_close()
 
     @classmethod
     @asynccontextmanager

@@ -10,6 +10,7 @@ from typing import Any
 import aiosqlite
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.bridge import Bridge
 from ...core.saver import StoreCheckpointer, loading_serde
 from ...migrations import SchemaChain
@@ -68,6 +69,9 @@ class SQLiteCheckpointer(StoreCheckpointer):
         unsafe_allow_any_class: use `serde` as given, even where stored bytes may construct
             any class through it (whoever can write to the storage can then run code here).
         snapshot_every: full value of an append-grown list at least every N versions.
+        append_log_bytes: memory kept of list channels' last stored values, so that a put
+            stores only the items appended (64 MiB by default; past it the least recently
+            written list is dropped, and stored whole at its next put; 0: none kept).
         busy_timeout: seconds to wait for another writer of the same file.
         synchronous: SQLite's `PRAGMA synchronous` (`"FULL"` by default, as LangGraph's saver;
             `"NORMAL"` is faster and still safe against a crash of the process).
@@ -89,6 +93,7 @@ class SQLiteCheckpointer(StoreCheckpointer):
         *,
         serde: SerializerProtocol | None = None,
         snapshot_every: int = 256,
+        append_log_bytes: int = DEFAULT_MAX_BYTES,
         busy_timeout: float = 30.0,
         synchronous: str = "FULL",
         setup: bool = True,
@@ -108,11 +113,12 @@ class SQLiteCheckpointer(StoreCheckpointer):
             else:
                 store = bridge.run(_open_store(os.fspath(conn), busy_timeout, synchronous))
         super().__init__(
-            store, serde=serde, snapshot_every=snapshot_every, bridge=bridge,
+            store, serde=serde, snapshot_every=snapshot_every,
+            append_log_bytes=append_log_bytes, bridge=bridge,
             schema_chain=schema_chain, audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
         )
         if setup and _store is None:
-            self.setup()
+            self._setup_or_close()
 
     @classmethod
     @asynccontextmanager

@@ -40,8 +40,25 @@ class Db:
 
     async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn(sqlite3_connection)` on the connection's thread; one round trip."""
-        conn = self.conn
-        return await conn._execute(lambda: fn(conn._conn))  # type: ignore[no-any-return,no-untyped-call]
+        return await self.conn._execute(_Job(fn, self.conn))  # type: ignore[no-any-return,no-untyped-call]
+
+
+class _Job:
+    """One call, run once. aiosqlite's thread keeps the last job it ran until the next one
+    comes: a job that still held its function would keep the connection and whatever the
+    function holds (a checkpointer dropped without close()) alive, and the thread with them."""
+
+    __slots__ = ("conn", "fn")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], conn: aiosqlite.Connection) -> None:
+        self.fn: Callable[[sqlite3.Connection], Any] | None = fn
+        self.conn: aiosqlite.Connection | None = conn
+
+    def __call__(self) -> Any:
+        fn, conn = self.fn, self.conn
+        self.fn = self.conn = None
+        assert fn is not None and conn is not None, "a job runs once"
+        return fn(conn._conn)
 
 
 def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
