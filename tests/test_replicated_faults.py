@@ -8,8 +8,9 @@
   served by a replica, writes are refused with `PrimaryUnavailableError` (or, with
   `promote=True`, go to a promoted replica), and once the database is back nothing is lost.
 * Quorum writes with one of two replicas killed: refused, then accepted again once it is back.
-* Real asyncpg errors: an unreachable database counts as unavailability, a request the server
-  refuses (a NUL byte in a thread id) does not (no failover, no promotion, no stuck replica).
+* Real asyncpg errors: an unreachable database counts as unavailability; a request refused as
+  the caller's error (a NUL in a thread id, refused before any I/O) does not (no failover, no
+  promotion, nothing queued for a replica).
 * The Redis backend's thread index after a restart that lost the data, and a repair.
 """
 
@@ -28,7 +29,12 @@ import asyncpg
 import psycopg
 import pytest
 
-from langgraph_ckpt_ext import PostgresCheckpointer, RedisCheckpointer, SQLiteCheckpointer
+from langgraph_ckpt_ext import (
+    InvalidConfigError,
+    PostgresCheckpointer,
+    RedisCheckpointer,
+    SQLiteCheckpointer,
+)
 from langgraph_ckpt_ext.core.errors import PrimaryUnavailableError, QuorumUnavailableError
 from langgraph_ckpt_ext.strategies.replicated import (
     ReplicatedCheckpointer,
@@ -523,9 +529,9 @@ def test_driver_errors_classified(fault_db: tuple[str, str], tmp_path: Path) -> 
 
 
 def test_refused_request_is_not_an_outage(tmp_path: Path) -> None:
-    """A request the PostgreSQL primary refuses (a NUL byte in a thread id) is the caller's
-    error: raised as the driver raised it, no failover, no promotion. As a replica, PostgreSQL
-    refusing an op drops it and marks its thread for repair; the worker goes on."""
+    """A request refused as the caller's error (a NUL in a thread id, refused by the id rule
+    before any I/O on every backend) raises `InvalidConfigError`: no failover, no promotion,
+    and nothing queued for the replicas, whichever backend is the primary."""
     pg = make_saver("postgres", tmp_path)
     (tmp_path / "a").mkdir()
     sqlite = SQLiteCheckpointer(tmp_path / "a" / "replica.db")
@@ -534,7 +540,7 @@ def test_refused_request_is_not_an_outage(tmp_path: Path) -> None:
         cp = ReplicatedCheckpointer(pg, [sqlite], "async", promote=True, names=["sqlite"])
         try:
             graph = chat_graph().compile(checkpointer=cp)
-            with pytest.raises(asyncpg.exceptions.CharacterNotInRepertoireError):
+            with pytest.raises(InvalidConfigError, match="NUL"):
                 graph.invoke({"messages": [human("hi")]}, conf(bad))
             assert cp.primary is pg and cp.status().primary_up, cp.status()
             assert graph.invoke({"messages": [human("hi")]}, conf(good))["turns"] == 1
@@ -542,20 +548,20 @@ def test_refused_request_is_not_an_outage(tmp_path: Path) -> None:
         finally:
             cp.close(timeout=5)
 
-        # The other way round: a SQLite primary takes the thread id, the PostgreSQL replica not.
+        # The other way round: a SQLite primary refuses it too, and the replica gets nothing.
         (tmp_path / "b").mkdir()
         primary = SQLiteCheckpointer(tmp_path / "b" / "primary.db")
         cp = ReplicatedCheckpointer(primary, [pg], "async", names=["postgres"])
         try:
             graph = chat_graph().compile(checkpointer=cp)
             other = f"other-{uuid.uuid4().hex[:8]}"
-            graph.invoke({"messages": [human("hi")]}, conf(bad))
+            with pytest.raises(InvalidConfigError, match="NUL"):
+                graph.invoke({"messages": [human("hi")]}, conf(bad))
             graph.invoke({"messages": [human("hi")]}, conf(other))
             assert cp.flush(timeout=10), cp.status()
             status = replica(cp.status(), "postgres")
-            assert status.up and status.queued == 0, status
-            assert status.needs_repair and status.threads_to_repair == 1, status
-            assert status.last_error and "0x00" in status.last_error, status
+            assert status.up and status.queued == 0 and not status.needs_repair, status
+            assert primary.thread_ids() == [other]
             assert_equal_to_primary(primary, {"postgres": pg}, [other], thread_index=False)
         finally:
             cp.close(timeout=5)
