@@ -130,6 +130,9 @@ def test_item_marks_tell_every_change_that_alters_the_bytes() -> None:
     second = [HumanMessage("x", id="1"), retagged, Shout("x"), -0.0, deep, "new"]
     again = codec.encode_items(serde, second, last, "m")
     assert again is not None and again.data == serde.dumps_typed(second)[1]
+    # SmartCheckpointer's frozen values go the same way, one on top of the one before.
+    frozen = codec.encode(serde, second, "m", codec.encode(serde, first, "m"))
+    assert frozen.typed == serde.dumps_typed(second) and frozen.listed is not None
 
 
 def test_append_log_is_bounded_in_bytes() -> None:

@@ -30,20 +30,28 @@ _MAX_CHAIN = 64  # rows an append-delta chain may span before it counts as corru
 class Encoded:
     """A value serialized by `serde` when it was handed over: changes made to the object
     afterwards cannot reach it. A checkpointer of ours with that very serializer stores these
-    bytes as they are; `value()` decodes a fresh copy."""
+    bytes as they are; `value()` decodes a fresh copy. `listed`: a list's bytes item by item
+    with their marks (see `encode_items`), when LangGraph's own serializer made them."""
 
     serde: SerializerProtocol
     typed: Typed
     is_list: bool
+    listed: ListBytes | None = None
 
     def value(self) -> Any:
         return loads(self.serde, self.typed, "a value kept serialized")
 
 
-def encode(serde: SerializerProtocol, value: Any, what: str) -> Encoded:
-    """`value` serialized now (see `Encoded`)."""
+def encode(serde: SerializerProtocol, value: Any, what: str,
+           last: Encoded | None = None) -> Encoded:
+    """`value` serialized now (see `Encoded`); a list reuses the bytes of the items unchanged
+    since `last` (the same channel's value encoded before)."""
     if type(value) is Encoded:
         return value
+    if type(value) is list and type(serde) is JsonPlusSerializer and _CONCATENATES:
+        listed = encode_items(serde, value, last.listed if last is not None else None, what)
+        if listed is not None:
+            return Encoded(serde, ("msgpack", listed.data), True, listed)
     return Encoded(serde, dumps(serde, value, what), type(value) is list)
 
 
@@ -103,12 +111,12 @@ _FINGERPRINT = JsonPlusSerializer()
 e.g. encrypted): two lists start alike when LangGraph's msgpack encodings do."""
 
 
-def _fingerprint(value: list[Any]) -> ListBytes | None:
+def _fingerprint(value: list[Any], last: ListBytes | None, what: str) -> ListBytes | None:
+    """`value`'s LangGraph msgpack, item by item on top of `last` (see `encode_items`)."""
     try:
-        type_, data = _FINGERPRINT.dumps_typed(value)
+        return encode_items(_FINGERPRINT, value, last, what)
     except Exception:  # the user's serializer may still handle it: stored whole
         return None
-    return list_bytes(data) if type_ == "msgpack" else None
 
 
 def encode_list(
@@ -129,6 +137,8 @@ def encode_list(
     listed = None
     if own and _CONCATENATES and type(value) is list:
         listed = encode_items(serde, value, last, what)
+    elif own and type(value) is Encoded and value.listed is not None:
+        listed = value.listed  # made item by item by LangGraph's serializer too
     if listed is not None:
         typed: Typed = ("msgpack", listed.data)
     else:
@@ -137,7 +147,7 @@ def encode_list(
             listed = list_bytes(typed[1]) if typed[0] == "msgpack" else None
         elif _CONCATENATES:
             items: list[Any] = decoded(value)
-            listed = _fingerprint(items)
+            listed = _fingerprint(items, last, what)
     if listed is None:  # e.g. the pickle fallback
         return BlobRow(channel, version, *typed), None
     if own:

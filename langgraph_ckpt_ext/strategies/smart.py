@@ -293,7 +293,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         # (thread, ns, channel) -> (version key, encoded value) of the last value buffered:
         # a channel a checkpoint holds but did not write is not serialized again.
         self._encoded: SizedLRU[tuple[str, str, str], tuple[str, codec.Encoded]] = SizedLRU(
-            max_bytes, lambda hit: len(hit[1].typed[1]))
+            max_bytes, lambda hit: hit[1].listed.size if hit[1].listed else len(hit[1].typed[1]))
         self.policy = policy or OnEvents()
         self.coalesce = coalesce
         self.max_checkpoints = max_checkpoints
@@ -428,7 +428,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
             if ch not in new_versions and hit is not None and hit[0] == vkey:
                 out[ch] = hit[1]
                 continue
-            out[ch] = enc = codec.encode(self.serde, value, f"channel {ch!r}")
+            out[ch] = enc = codec.encode(self.serde, value, f"channel {ch!r}",
+                                         hit[1] if hit is not None else None)
             if vkey is not None:
                 with self._lock:
                     self._encoded.put(key, (vkey, enc))
