@@ -20,7 +20,7 @@ import weakref
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -49,6 +49,11 @@ from ..core.errors import (
 from ..core.filters import validate_filter
 from ..core.lifetime import Lifetime
 from ..core.saver import PreparedBatch, StoreCheckpointer
+from ..timetravel.methods import TimeTravel
+from ._forward import Forwarded, not_forwarded, store_method
+
+if TYPE_CHECKING:
+    from ..migrations.runner import MigrationReport
 
 T = TypeVar("T")
 Consistency = Literal["async", "quorum", "anti_entropy"]
@@ -518,8 +523,13 @@ def _describe(exc: BaseException) -> str:
 # -- the checkpointer -------------------------------------------------------------------------
 
 
-class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
+class ReplicatedCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
     """A primary checkpointer and replicas of any backend, with the consistency you choose.
+
+    The time-travel methods (`history`, `fork`, ...) go through this checkpointer (reads to
+    the primary, a fork's writes replicated); the helpers of this package's checkpointers
+    (`sizes`, `verify`, `migration_log`, ...) are the primary's, and `migrate_threads`
+    rewrites the primary, then repairs the threads it rewrote on every replica.
 
     Args:
         primary: where every write goes first and every read goes (ours or any
@@ -1063,6 +1073,42 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
 
     def get_next_version(self, current: Any, channel: Any = None) -> Any:
         return self.primary.get_next_version(current, channel)
+
+    # -- the primary's helpers (`Forwarded`) ------------------------------------------------
+
+    def _forward(self, name: str, threads: Sequence[str] | None, *args: Any, **kwargs: Any
+                 ) -> Any:
+        migrate = name == "migrate_threads"
+        result = self._on_primary(
+            lambda s: store_method(s, name, "primary")(*args, **kwargs), write=migrate)
+        if migrate:
+            self._migrated(result)
+        return result
+
+    async def _aforward(self, name: str, threads: Sequence[str] | None, *args: Any,
+                        **kwargs: Any) -> Any:
+        migrate = name == "amigrate_threads"
+        result = await self._aon_primary(
+            lambda s: store_method(s, name, "primary")(*args, **kwargs), write=migrate)
+        if migrate:
+            await asyncio.to_thread(self._migrated, result)
+        return result
+
+    def _migrated(self, report: MigrationReport) -> None:
+        """After a migration of the primary, the threads it rewrote are repaired on every
+        replica (a replica that is down, or a thread with writes queued, stays marked for
+        repair: `status()` says so, the next `repair()` does it)."""
+        threads = sorted({c.thread_id for c in report.changes})
+        if report.dry_run or not threads:
+            return
+        for r in self._replicas:
+            with r.cond:
+                r.to_repair.update(threads)
+        self._repair(threads)
+
+    if not TYPE_CHECKING:  # (for mypy, an unknown attribute stays an error)
+        def __getattr__(self, name: str) -> Any:
+            raise not_forwarded(self, "primary", name, "the replicas")
 
     # -- waiting, repairing, closing --------------------------------------------------------
 

@@ -24,7 +24,7 @@ import weakref
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -56,7 +56,9 @@ from ..core.lru import SizedLRU
 from ..core.saver import StoreCheckpointer
 from ..core.versions import version_key
 from ..timetravel.history import next_nodes
+from ..timetravel.methods import TimeTravel
 from . import policies
+from ._forward import Forwarded, not_forwarded, store_method
 from .policies import OnEvents, Policy, ThreadActivity
 
 _ERROR, _INTERRUPT = "__error__", "__interrupt__"
@@ -244,8 +246,12 @@ def _serve_timer(ref: weakref.ref[SmartCheckpointer], timer: _Timer) -> None:
         timer.wake.wait(None if math.isinf(wait) else max(wait, 0.001))
 
 
-class SmartCheckpointer(BaseCheckpointSaver[Any]):
+class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
     """Wraps any checkpointer and writes to it when it matters.
+
+    The time-travel methods (`history`, `fork`, ...) read through the buffer; the helpers of
+    this package's checkpointers (`sizes`, `verify`, `migrate_threads`, ...) are the inner
+    one's, called once the buffer of the threads they read or rewrite is written.
 
     Args:
         inner: the checkpointer that stores (ours or any `BaseCheckpointSaver`).
@@ -981,6 +987,41 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
 
     def get_next_version(self, current: Any, channel: Any = None) -> Any:
         return self.inner.get_next_version(current, channel)
+
+    # -- the inner checkpointer's helpers (`Forwarded`): the buffer they read written first --
+
+    def _forward(self, name: str, threads: Sequence[str] | None, *args: Any, **kwargs: Any
+                 ) -> Any:
+        method = store_method(self.inner, name, "inner")
+        if threads is None:
+            self.flush()
+        for t in threads or ():
+            self._flush_thread(str(t))
+        result = method(*args, **kwargs)
+        self._forget(name, threads)
+        return result
+
+    async def _aforward(self, name: str, threads: Sequence[str] | None, *args: Any,
+                        **kwargs: Any) -> Any:
+        method = store_method(self.inner, name, "inner")
+        if threads is None:
+            await self.aflush()
+        for t in threads or ():
+            await self._aflush_thread(str(t))
+        result = await method(*args, **kwargs)
+        self._forget(name, threads)
+        return result
+
+    def _forget(self, name: str, threads: Sequence[str] | None) -> None:
+        """After a migration: the values remembered as stored were rewritten."""
+        if name.endswith("migrate_threads"):
+            with self._lock:
+                for t in [None] if threads is None else threads:
+                    self._encoded.drop_thread(None if t is None else str(t))
+
+    if not TYPE_CHECKING:  # (for mypy, an unknown attribute stays an error)
+        def __getattr__(self, name: str) -> Any:
+            raise not_forwarded(self, "inner", name, "the buffer")
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -1,0 +1,127 @@
+"""The helpers of this package's checkpointers (`sizes`, `verify`, `migrate_threads`, ...) on
+the wrappers, which pass each to the checkpointer they wrap in their own way (`_forward`): the
+smart one writes its buffer first, the replicated one goes to its primary."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+if TYPE_CHECKING:
+    from ..core.rows import MigrationEntry, StoredSize
+    from ..migrations.runner import MigrationProgress, MigrationReport
+    from ..timetravel.audit import AuditReport
+
+
+def store_method(saver: BaseCheckpointSaver[Any], name: str, role: str) -> Callable[..., Any]:
+    """`saver.<name>`, or `NotImplementedError` saying what it needs (`role`: where the wrapper
+    holds `saver`, e.g. "inner")."""
+    method = getattr(saver, name, None)
+    if not callable(method):
+        raise NotImplementedError(
+            f"{name}() needs one of this package's checkpointers as the {role} checkpointer; "
+            f"{type(saver).__name__} has no {name}()")
+    return cast(Callable[..., Any], method)
+
+
+def not_forwarded(wrapper: object, attr: str, name: str, bypassed: str) -> AttributeError:
+    """The error of a wrapper's `__getattr__`: for a public method of the checkpointer it holds
+    as `attr` that it does not forward (calling it there bypasses `bypassed`), where to call it."""
+    kind = type(wrapper).__name__
+    saver = vars(wrapper).get(attr)
+    if name.startswith("_") or saver is None or not callable(getattr(type(saver), name, None)):
+        return AttributeError(f"{kind!r} object has no attribute {name!r}")
+    return AttributeError(
+        f"{kind} does not forward {name}() (it would bypass {bypassed}): call "
+        f"checkpointer.{attr}.{name}(...) on the {type(saver).__name__} it wraps")
+
+
+class Forwarded:
+    """Mixed into the wrappers: the helpers `StoreCheckpointer` has beyond the saver
+    interface, each passed on by `_forward(name, threads, *args)`, where `threads` are the
+    threads whose stored rows it reads or rewrites (None: every thread; empty: none)."""
+
+    def _forward(self, name: str, threads: Sequence[str] | None, *args: Any, **kwargs: Any
+                 ) -> Any:
+        raise NotImplementedError
+
+    async def _aforward(self, name: str, threads: Sequence[str] | None, *args: Any,
+                        **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def thread_ids(self) -> builtins.list[str]:
+        """Every thread id that holds a checkpoint, sorted."""
+        return cast(builtins.list[str], self._forward("thread_ids", None))
+
+    async def athread_ids(self) -> builtins.list[str]:
+        return cast(builtins.list[str], await self._aforward("athread_ids", None))
+
+    def sizes(self, thread_id: str) -> builtins.list[StoredSize]:
+        """What a thread takes in storage (see `StoreCheckpointer.sizes`)."""
+        return cast("builtins.list[StoredSize]", self._forward("sizes", [thread_id], thread_id))
+
+    async def asizes(self, thread_id: str) -> builtins.list[StoredSize]:
+        return cast("builtins.list[StoredSize]",
+                    await self._aforward("asizes", [thread_id], thread_id))
+
+    def prune_plan(self, thread_id: str, *, strategy: str = "keep_latest"
+                   ) -> builtins.list[tuple[str, str]]:
+        """What `prune` would delete now (see `StoreCheckpointer.prune_plan`)."""
+        return cast(builtins.list[tuple[str, str]],
+                    self._forward("prune_plan", [thread_id], thread_id, strategy=strategy))
+
+    async def aprune_plan(self, thread_id: str, *, strategy: str = "keep_latest"
+                          ) -> builtins.list[tuple[str, str]]:
+        return cast(builtins.list[tuple[str, str]], await self._aforward(
+            "aprune_plan", [thread_id], thread_id, strategy=strategy))
+
+    def verify(self, thread_id: str) -> AuditReport:
+        """Check a thread's audit chain against storage (see `StoreCheckpointer.verify`)."""
+        return cast("AuditReport", self._forward("verify", [thread_id], thread_id))
+
+    async def averify(self, thread_id: str) -> AuditReport:
+        return cast("AuditReport", await self._aforward("averify", [thread_id], thread_id))
+
+    def storage_version(self) -> int:
+        """The storage version in force (see `StoreCheckpointer.storage_version`)."""
+        return cast(int, self._forward("storage_version", ()))
+
+    async def astorage_version(self) -> int:
+        return cast(int, await self._aforward("astorage_version", ()))
+
+    def migration_log(self, thread_id: str | None = None) -> builtins.list[MigrationEntry]:
+        """The state-schema migrations stored checkpoints went through (see
+        `StoreCheckpointer.migration_log`)."""
+        return cast("builtins.list[MigrationEntry]",
+                    self._forward("migration_log", (), thread_id))
+
+    async def amigration_log(self, thread_id: str | None = None
+                             ) -> builtins.list[MigrationEntry]:
+        return cast("builtins.list[MigrationEntry]",
+                    await self._aforward("amigration_log", (), thread_id))
+
+    def migrate_threads(
+        self, thread_ids: Sequence[str] | None = None, *, dry_run: bool = False,
+        progress: Callable[[MigrationProgress], None] | None = None, concurrency: int = 4,
+    ) -> MigrationReport:
+        """Rewrite stored checkpoints older than the schema chain's current version (see
+        `StoreCheckpointer.migrate_threads`)."""
+        return cast("MigrationReport", self._forward(
+            "migrate_threads", _threads(thread_ids), thread_ids, dry_run=dry_run,
+            progress=progress, concurrency=concurrency))
+
+    async def amigrate_threads(
+        self, thread_ids: Sequence[str] | None = None, *, dry_run: bool = False,
+        progress: Callable[[MigrationProgress], None] | None = None, concurrency: int = 4,
+    ) -> MigrationReport:
+        return cast("MigrationReport", await self._aforward(
+            "amigrate_threads", _threads(thread_ids), thread_ids, dry_run=dry_run,
+            progress=progress, concurrency=concurrency))
+
+
+def _threads(thread_ids: Sequence[str] | None) -> Sequence[str] | None:
+    """The threads a call names (a string is refused by the call itself: none here)."""
+    return () if isinstance(thread_ids, str) else thread_ids
