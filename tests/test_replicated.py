@@ -564,13 +564,20 @@ def test_overflowed_threads_stay_marked_until_repaired(stores: Stores) -> None:
 
 
 def test_quorum_write_refused_before_the_primary_when_replicas_are_down(stores: Stores) -> None:
+    """The first write meets a dead replica it did not know of: it is not stored, on the
+    primary nor on the replica that took it; then writes are refused before any store is
+    touched."""
     primary, good, bad = stores.new("sqlite"), stores.new("redis"), stores.unreachable()
     cp = stores.replicated(primary, [good, bad], "quorum", quorum=2, quorum_timeout=10)
     first = a_checkpoint(cp, "t", 0, None, n=0)
-    with pytest.raises(QuorumUnavailableError, match="written to the primary, but only 1 of the 2"):
+    with pytest.raises(QuorumUnavailableError,
+                       match=r"only 1 of the 2 .* so it was not written to the primary"):
         cp.put(*first)
-    assert primary.get_tuple(cfg("t", checkpoint_id=first[1]["id"])) is not None
-    assert not cp.status().replicas[1].up
+    assert primary.get_tuple(cfg("t")) is None and cp.get_tuple(cfg("t")) is None
+    assert good.get_tuple(cfg("t")) is None  # taken back from the replica that took it
+    assert not cp.status().replicas[1].up and not cp.status().replicas[0].needs_repair
+    cp.primary.put(*first)  # (the thread as a quorum of replicas that are up would leave it)
+    good.put(*first)
     parent = primary.get_tuple(cfg("t"))
     second = a_checkpoint(cp, "t", 1, parent, n=1)
     with pytest.raises(QuorumUnavailableError, match="Nothing was written") as caught:
@@ -583,14 +590,17 @@ def test_quorum_write_refused_before_the_primary_when_replicas_are_down(stores: 
         cp.delete_thread("t")
     assert primary.get_tuple(cfg("t")).pending_writes == []
     assert cp.flush(5)
-    assert snapshot(good, "t") == snapshot(primary, "t")  # the first one, on the good replica
+    assert snapshot(good, "t") == snapshot(primary, "t")
 
 
 async def test_async_quorum_write_refused_too(stores: Stores) -> None:
     primary, good, bad = stores.new("memory"), stores.new("sqlite"), stores.unreachable()
     cp = stores.replicated(primary, [good, bad], "quorum", quorum=2, quorum_timeout=10)
-    with pytest.raises(QuorumUnavailableError, match="written to the primary"):
-        await cp.aput(*a_checkpoint(cp, "t", 0, None, n=0))
+    first = a_checkpoint(cp, "t", 0, None, n=0)
+    with pytest.raises(QuorumUnavailableError, match="not written to the primary"):
+        await cp.aput(*first)
+    assert await primary.aget_tuple(cfg("t")) is None and await good.aget_tuple(cfg("t")) is None
+    await primary.aput(*first)
     second = a_checkpoint(cp, "t", 1, await primary.aget_tuple(cfg("t")), n=1)
     with pytest.raises(QuorumUnavailableError, match="Nothing was written"):
         await cp.aput(*second)
@@ -640,24 +650,33 @@ def test_quorum_write_times_out_on_a_replica_that_does_not_answer(
     mode: str, stores: Stores, loop_thread: LoopThread
 ) -> None:
     """The replica is up but held back (its SQLite file write-locked): a quorum write waits
-    `quorum_timeout`, then fails, written to the primary; the replica applies it later."""
+    `quorum_timeout`, then fails, not written to the primary (the graph's reads never see
+    it). The replica, applying it when the lock goes, holds it: marked for repair, and
+    `repair()` takes it away."""
     primary, slow = stores.new("redis"), stores.new("sqlite")
     cp = stores.replicated(primary, [slow], "quorum", quorum_timeout=0.2)
     api = Calls(cp, mode, loop_thread)
-    args = a_checkpoint(cp, "t", 0, None, n=1)
+    before = api.put(*a_checkpoint(cp, "t", 0, None, n=0))
+    args = a_checkpoint(cp, "t", 1, cp.get_tuple(before), n=1)
     lock = sqlite3.connect(slow.test_path, isolation_level=None)
     try:
         lock.execute("BEGIN IMMEDIATE")
-        started = time.monotonic()
         with pytest.raises(QuorumUnavailableError, match=r"only 0 of the 1 .*\(no answer within"):
             api.put(*args)
-        assert 0.2 <= time.monotonic() - started < 2
-        assert primary.get_tuple(cfg("t")) is not None and cp.status().replicas[0].up
+        assert primary.get_tuple(cfg("t")).config == before == cp.get_tuple(cfg("t")).config
+        assert cp.status().replicas[0].up
     finally:
         lock.rollback()
         lock.close()
     assert cp.flush(10)
+    assert slow.get_tuple(cfg("t")).checkpoint["id"] == args[1]["id"]  # applied late
+    assert cp.status().replicas[0].needs_repair
+    assert not cp.repair().clean
     assert_same(primary, slow)
+    assert slow.get_tuple(cfg("t")).config == before
+    api.put(*args)  # the same write, retried: stored everywhere
+    assert_same(primary, slow)
+    assert primary.get_tuple(cfg("t")).checkpoint["id"] == args[1]["id"]
 
 
 # -- anti-entropy -------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,6 +30,8 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import psycopg
 import pytest
+from langgraph.checkpoint.base import copy_checkpoint
+from langgraph.checkpoint.base.id import uuid6
 
 from langgraph_ckpt_ext import (
     InvalidConfigError,
@@ -605,20 +609,22 @@ def _quorum(cp: ReplicatedCheckpointer, server: RedisServer, primary: Any) -> No
         assert say(f"turn {turn}")["turns"] == turn + 1
 
     before_kill = primary.get_tuple(conf(thread)).checkpoint["id"]
+    state = graph.get_state(conf(thread))
     sigkill(server)
     # The first write after the kill: the worker only learns of the dead server by applying
-    # it, so it may have reached the primary; the error then says so.
+    # it. It fails its quorum, so it is not stored: the primary, and the graph, still show
+    # the thread as it was, and the SQLite replica that took it had it taken away.
     with pytest.raises(QuorumUnavailableError) as first:
         say("after the kill")
     message = str(first.value)
+    assert "only 1 of the 2 replica(s)" in message and "redis" in message, message
+    assert "not written to the primary" in message, message
     latest = primary.get_tuple(conf(thread))
-    if "written to the primary" in message:
-        assert "only 1 of the 2 replica(s)" in message and "redis" in message, message
-        assert latest.checkpoint["id"] != before_kill
-        assert "after the kill" in repr(latest.checkpoint["channel_values"])
-    else:
-        assert "Nothing was written" in message, message
-        assert latest.checkpoint["id"] == before_kill
+    assert latest.checkpoint["id"] == before_kill
+    assert graph.get_state(conf(thread)).values == state.values
+    assert graph.get_state(conf(thread)).config == state.config
+    assert "after the kill" not in repr(cp.replicas[1].get_tuple(conf(thread)))
+    assert not replica(cp.status(), "sqlite").needs_repair, cp.status()
     assert not replica(cp.status(), "redis").up, cp.status()
 
     # Then: refused before the primary (or any replica) is touched.
@@ -638,12 +644,102 @@ def _quorum(cp: ReplicatedCheckpointer, server: RedisServer, primary: Any) -> No
     wait_for(lambda: replica(cp.status(), "redis").up, 15, "the Redis replica to be up again")
     out = say("back")
     assert out["messages"][-1].content == "echo: back"
+    assert "after the kill" not in repr(out["messages"])  # the failed turn left nothing
     assert primary.get_tuple(conf(thread)).checkpoint["id"] != latest_id
     assert cp.flush(timeout=30)
     report = cp.repair()
     assert all(r.error is None for r in report.replicas), report.summary()
     assert_equal_to_primary(primary, {"sqlite": cp.replicas[1]}, [thread])
     assert_equal_to_primary(primary, {"redis": cp.replicas[0]}, [thread])
+
+
+def test_quorum_write_the_primary_fails_after_the_replicas_took_it(
+        outage_setup: dict[str, Any]) -> None:
+    """Both replicas confirm a quorum write, then the primary cannot be reached: the caller
+    gets `PrimaryUnavailableError`, the primary (and the graph) never show the write, and the
+    replicas that took it are marked for repair, which takes it away once the primary is
+    back. Then the same write, retried, is stored everywhere."""
+    db, primary, redis, sqlite = (outage_setup[k] for k in ("db", "primary", "redis", "sqlite"))
+    cp = ReplicatedCheckpointer(primary, [redis, sqlite], "quorum", quorum=2,
+                                names=["redis", "sqlite"])
+    try:
+        graph = chat_graph().compile(checkpointer=cp)
+        thread = f"q-{uuid.uuid4().hex[:8]}"
+        graph.invoke({"messages": [human("one")]}, conf(thread))
+        state = graph.get_state(conf(thread))
+        parent = primary.get_tuple(conf(thread))
+        checkpoint = copy_checkpoint(parent.checkpoint)
+        checkpoint["id"] = str(uuid6(clock_seq=-1))
+        version = cp.get_next_version(checkpoint["channel_versions"]["turns"], None)
+        checkpoint["channel_versions"]["turns"] = version
+        checkpoint["channel_values"]["turns"] = 99
+        args = (parent.config, checkpoint, {"source": "update", "step": 99}, {"turns": version})
+
+        take_down(db)
+        with pytest.raises(PrimaryUnavailableError, match="primary is unreachable"):
+            cp.put(*args)
+        for name in ("redis", "sqlite"):  # they took it: marked, to be taken away
+            assert replica(cp.status(), name).needs_repair, cp.status()
+        with pytest.raises(PrimaryUnavailableError):  # known down: no replica is touched
+            cp.put(*args)
+
+        bring_back(db)
+        time.sleep(cp.retry_primary_after)
+        assert primary.get_tuple(conf(thread)).checkpoint["id"] == parent.checkpoint["id"]
+        assert graph.get_state(conf(thread)).values == state.values
+        report = cp.repair()
+        assert all(r.error is None for r in report.replicas), report.summary()
+        assert_equal_to_primary(primary, {"redis": redis, "sqlite": sqlite}, [thread])
+        assert not any(r.needs_repair for r in cp.status().replicas)
+        cp.put(*args)  # retried: the thread takes it as if nothing had happened
+        assert graph.get_state(conf(thread)).values["turns"] == 99
+        assert_equal_to_primary(primary, {"redis": redis, "sqlite": sqlite}, [thread])
+    finally:
+        cp.close(timeout=5)
+
+
+_KILLED = """
+import os, signal, sys
+from langgraph_ckpt_ext import ReplicatedCheckpointer, SQLiteCheckpointer
+from tests.graphs import chat_graph, human
+
+class Dies(SQLiteCheckpointer):
+    dying = False
+    def put(self, *args):
+        if self.dying:  # the replicas confirmed the write; the process dies before this
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().put(*args)
+
+primary, replica = Dies(sys.argv[1]), SQLiteCheckpointer(sys.argv[2])
+cp = ReplicatedCheckpointer(primary, [replica], "quorum")
+graph = chat_graph().compile(checkpointer=cp)
+config = {"configurable": {"thread_id": "t"}}
+graph.invoke({"messages": [human("one")]}, config, durability="sync")
+primary.dying = True
+graph.invoke({"messages": [human("killed")]}, config, durability="sync")
+"""
+
+
+def test_quorum_write_with_the_process_killed_before_the_primary(tmp_path: Path) -> None:
+    """The process dies after the replica confirmed a quorum write, before the primary got
+    it: the primary (where the graph reads) never shows it; the replica holds it until a
+    repair (what anti-entropy or `repair()` after a restart does) takes it away."""
+    paths = [tmp_path / "primary.db", tmp_path / "replica.db"]
+    done = subprocess.run([sys.executable, "-c", _KILLED, *map(str, paths)],
+                          cwd=Path(__file__).parent.parent, capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-2000:]
+    with SQLiteCheckpointer(paths[0]) as primary, SQLiteCheckpointer(paths[1]) as replica:
+        assert "killed" not in repr(primary.get_tuple(conf("t")).checkpoint)
+        assert "killed" in repr(replica.get_tuple(conf("t")).checkpoint)  # taken, unconfirmed
+        with ReplicatedCheckpointer(primary, [replica], "quorum") as cp:
+            graph = chat_graph().compile(checkpointer=cp)
+            values = graph.get_state(conf("t")).values
+            assert [m.content for m in values["messages"]] == ["one", "echo: one"]
+            assert not cp.repair().clean
+            assert_equal_to_primary(primary, {"replica": replica}, ["t"])
+            out = graph.invoke({"messages": [human("again")]}, conf("t"))
+            assert [m.content for m in out["messages"]][-2:] == ["again", "echo: again"]
+            assert_equal_to_primary(primary, {"replica": replica}, ["t"])
 
 
 # -- a known defect of the Redis backend ------------------------------------------------------

@@ -201,6 +201,9 @@ def child_main() -> None:  # pragma: no cover - runs in the child; covered by it
                 op.quorum = quorum  # type: ignore[attr-defined]
                 for i in targets:
                     replicas[i].push(op, 0.0)
+            elif msg[0] == "withdraw":  # a quorum write that failed, if not yet applied
+                if replicas[msg[1]].take_back(msg[2]):
+                    outbox.put(("withdrawn", msg[1], msg[2]))
             elif msg[0] == "drop":
                 r = replicas[msg[1]]
                 with r.cond:
@@ -306,6 +309,7 @@ class ProcessReplica(_Health):
         self.index, self.url, self.options = index, url, options
         self.pending: OrderedDict[int, Any] = OrderedDict()
         self.acks: dict[int, Any] = {}  # quorum writes this replica has not answered yet
+        self.withdrawn: set[int] = set()  # failed quorum writes the child was asked to drop
         self.thread = None
         self._saver: Any = None
 
@@ -353,6 +357,17 @@ class ProcessReplica(_Health):
         self.pending.clear()
         self.busy.clear()
 
+    def withdraw(self, op: Any) -> None:
+        """A quorum write that failed: the child takes it off its queue unless it is applying
+        it (it reports which); applied, its threads are marked for repair."""
+        with self.cond:
+            self.acks.pop(op.seq, None)
+            if op.seq not in self.pending:  # applied already
+                self._mark(op)
+                return
+            self.withdrawn.add(op.seq)
+        self.owner._replicator.send(("withdraw", self.index, op.seq))
+
     def drained(self) -> bool:
         return not self.pending
 
@@ -367,6 +382,14 @@ class ProcessReplica(_Health):
             op = self.pending.pop(rest[0], None)
             if op is not None:
                 self.applied += 1
+                self._unbusy(op.threads)
+                if op.seq in self.withdrawn:  # too late: it holds a write that failed
+                    self.withdrawn.discard(op.seq)
+                    self._mark(op)
+        elif kind == "withdrawn":
+            self.withdrawn.discard(rest[0])
+            op = self.pending.pop(rest[0], None)
+            if op is not None:
                 self._unbusy(op.threads)
         elif kind == "refused":
             op = self.pending.get(rest[0])

@@ -334,6 +334,7 @@ class _Replica(_Health):
         super().__init__(name, owner)
         self.saver = saver
         self.queue: deque[_Entry] = deque()
+        self.inflight: list[_Entry] = []  # the batch being applied (while `applying`)
         self.stopping = False
         self.thread: threading.Thread | None = None
 
@@ -384,7 +385,7 @@ class _Replica(_Health):
                     return
                 self._linger()
                 batch = self._head()
-                self.applying = bool(batch)
+                self.applying, self.inflight = bool(batch), batch
             try:
                 if batch:
                     self._apply(batch)
@@ -496,6 +497,26 @@ class _Replica(_Health):
             self._settle(entry, outcome)
         self.applying = False
         self.cond.notify_all()
+
+    def take_back(self, seq: int) -> bool:
+        """Take op `seq` off the queue if it is waiting there (not being applied)."""
+        with self.cond:
+            for i, entry in enumerate(self.queue):
+                if entry.op.seq != seq:
+                    continue
+                if self.applying and any(e is entry for e in self.inflight):
+                    return False
+                del self.queue[i]
+                self._unbusy(entry.op.threads)
+                self.cond.notify_all()
+                return True
+        return False
+
+    def withdraw(self, op: _Op) -> None:
+        """A quorum write that failed: off the queue, or its threads marked for repair."""
+        if not self.take_back(op.seq):
+            with self.cond:
+                self._mark(op)
 
     def drained(self) -> bool:
         return not self.queue and not self.applying
@@ -706,7 +727,7 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
                 f"quorum write needs {self.quorum} replica(s) up, {len(up)} are: {down}. "
                 "Nothing was written; retry once they are back, or lower quorum")
 
-    def _enqueue(self, kind: str, args: tuple[Any, ...], threads: tuple[str, ...]) -> _Ack | None:
+    def _enqueue(self, kind: str, args: tuple[Any, ...], threads: tuple[str, ...]) -> _Op:
         ack = _Ack(self.quorum, len(self._replicas)) if self.consistency == "quorum" else None
         op = _Op(kind, args, threads, time.monotonic(), ack)
         with self._lock:
@@ -724,18 +745,88 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
                     targets.append(r.index)
             if self._replicator is not None:
                 self._replicator.ship(op, targets)
-        return ack
+        return op
 
-    def _confirmed(self, ack: _Ack | None, done: bool) -> None:
-        if ack is None:
-            return
-        if not done or not ack.succeeded:
-            why = "; ".join(f"{n}: {_describe(e)}" for n, e in ack.errors) or (
-                f"no answer within {self.quorum_timeout} s")
-            raise QuorumUnavailableError(
-                f"written to the primary, but only {ack.ok} of the {self.quorum} replica(s) "
-                f"the quorum needs confirmed it ({why}). The others keep retrying from their "
-                "queues; `repair()` makes them equal")
+    def _primary_known_down(self) -> None:
+        """A quorum write while the primary is known to be down (and no replica may take its
+        place): refused before any replica is touched."""
+        if not self.promote and time.monotonic() < self._primary_down_until:
+            self._fallback(True, self._primary_error, self.primary)  # raises
+
+    def _withdraw(self, op: _Op) -> None:
+        """A quorum write that failed: taken off every replica's queue where it still waits;
+        a replica that applied it (or may have) is marked for repair."""
+        for r in self._replicas:
+            r.withdraw(op)
+
+    def _undo(self, threads: tuple[str, ...]) -> None:
+        """After a quorum write that failed: its threads repaired on the replicas that can be
+        now, which removes it from those that took it (the others stay marked for repair)."""
+        if threads:
+            with contextlib.suppress(Exception):  # reported in each replica's status
+                self._repair(sorted(set(threads)))
+
+    def _refusal(self, ack: _Ack) -> BaseException:
+        """Why a quorum write failed: the replicas' own error when they all refused it as a bad
+        request, else `QuorumUnavailableError`."""
+        if ack.errors and not any(_unavailable(e) for _, e in ack.errors):
+            return ack.errors[0][1]
+        why = "; ".join(f"{n}: {_describe(e)}" for n, e in ack.errors) or (
+            f"no answer within {self.quorum_timeout} s")
+        return QuorumUnavailableError(
+            f"only {ack.ok} of the {self.quorum} replica(s) the quorum needs confirmed the write "
+            f"({why}), so it was not written to the primary: no read of it shows the write. "
+            "Replicas that took it were repaired, or are marked for repair (`status()`, "
+            "`repair()`); retry once they are back, or lower quorum")
+
+    def _after_quorum_failure(self, op: _Op, failed: BaseException | None,
+                              threads: tuple[str, ...]) -> BaseException:
+        """What a failed quorum write leaves (nothing a reader of the primary sees), and the
+        error to raise: `failed` (the primary's) or why the quorum was not met."""
+        if failed is None or (isinstance(failed, Exception) and not _unavailable(failed)):
+            self._undo(threads)  # else the primary cannot be read for a repair now
+        return failed if failed is not None else self._refusal(cast(_Ack, op.ack))
+
+    def _quorum_write(self, kind: str, call: Callable[[BaseCheckpointSaver[Any]], T],
+                      args: tuple[Any, ...], threads: tuple[str, ...]) -> T:
+        """A quorum write goes to the replicas first, and to the primary (where every read
+        goes) only once `quorum` of them confirmed it: a write that fails its quorum is never
+        seen as stored. It is then withdrawn from the replicas (`_after_quorum_failure`)."""
+        self._primary_known_down()
+        self._enter(threads)
+        failed: BaseException | None = None
+        try:
+            op = self._enqueue(kind, args, threads)
+            ack = cast(_Ack, op.ack)
+            try:
+                if ack.wait(self.quorum_timeout) and ack.succeeded:
+                    return self._on_primary(call, write=True)
+            except BaseException as exc:
+                failed = exc
+            self._withdraw(op)
+        finally:
+            self._leave(threads)
+        raise self._after_quorum_failure(op, failed, threads)
+
+    async def _aquorum_write(self, kind: str, call: Callable[[BaseCheckpointSaver[Any]], Any],
+                             args: tuple[Any, ...], threads: tuple[str, ...]) -> Any:
+        self._primary_known_down()
+        await self._aenter(threads)
+        failed: BaseException | None = None
+        try:
+            op = await self._aenqueue(kind, args, threads)
+            ack = cast(_Ack, op.ack)
+            try:
+                if await ack.await_(self.quorum_timeout) and ack.succeeded:
+                    return await self._aon_primary(call, write=True)
+            except BaseException as exc:
+                failed = exc
+            self._withdraw(op)
+        finally:
+            self._leave(threads)
+        if failed is not None and not isinstance(failed, Exception):  # cancelled: no repair
+            raise failed
+        raise await asyncio.to_thread(self._after_quorum_failure, op, failed, threads)
 
     def _blocked(self, threads: tuple[str, ...]) -> bool:
         """Whether a write to `threads` must wait for a repair (under `_gate`)."""
@@ -781,32 +872,34 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
                args: tuple[Any, ...] | Callable[[], tuple[Any, ...]],
                threads: tuple[str, ...]) -> T:
         """Write to the primary, then queue the op for the replicas (`args`: the op's, or
-        what makes them once the primary is written)."""
+        what makes them once the primary is written); a quorum write the other way round."""
         self._check_quorum()
+        if self.consistency == "quorum":  # values, never rows: `args` is a tuple
+            return self._quorum_write(kind, call, cast(tuple[Any, ...], args), threads)
         self._enter(threads)
         try:
             result = self._on_primary(call, write=True)
-            ack = self._enqueue(kind, args() if callable(args) else args, threads)
+            self._enqueue(kind, args() if callable(args) else args, threads)
         finally:
             self._leave(threads)
-        self._confirmed(ack, ack.wait(self.quorum_timeout) if ack else True)
         return result
 
     async def _awrite(self, kind: str, call: Callable[[BaseCheckpointSaver[Any]], Any],
                       args: tuple[Any, ...] | Callable[[], tuple[Any, ...]],
                       threads: tuple[str, ...]) -> Any:
         self._check_quorum()
+        if self.consistency == "quorum":
+            return await self._aquorum_write(kind, call, cast(tuple[Any, ...], args), threads)
         await self._aenter(threads)
         try:
             result = await self._aon_primary(call, write=True)
-            ack = await self._aenqueue(kind, args() if callable(args) else args, threads)
+            await self._aenqueue(kind, args() if callable(args) else args, threads)
         finally:
             self._leave(threads)
-        self._confirmed(ack, await ack.await_(self.quorum_timeout) if ack else True)
         return result
 
     async def _aenqueue(self, kind: str, args: tuple[Any, ...], threads: tuple[str, ...]
-                        ) -> _Ack | None:
+                        ) -> _Op:
         # A full queue waits for room: on a thread, not on the caller's event loop.
         if any(len(r.queue) >= self.max_queue for r in self._replicas):
             return await asyncio.to_thread(self._enqueue, kind, args, threads)
