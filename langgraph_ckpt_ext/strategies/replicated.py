@@ -1,7 +1,8 @@
 """`ReplicatedCheckpointer`: a primary and replicas, with the consistency the user chooses.
 
-Every write goes to the primary first. Then, per replica, it is queued (bounded) and applied in
-the primary's order by a worker thread of that replica, consecutive checkpoints and writes in
+Every write goes to the primary first (a quorum write last: see `_quorum_write`). Then, per
+replica, it is queued (bounded) and applied in the primary's order by a worker thread of that
+replica, consecutive checkpoints and writes in
 one batch where the replica can take one. A replica that fails is marked down and retried with
 backoff; its queue waits for it. A queue that overflows is dropped and the replica marked for
 repair: `repair()` compares every thread with the primary (checkpoint ids and content hashes)
@@ -562,8 +563,11 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
             checkpointer object is applied by a thread of this process.
         consistency: `"async"`: a write returns once the primary has it; replicas follow
             from their queues, and a replica's failure never fails the write. `"quorum"`: a
-            write returns once the primary and `quorum` replicas have it; with fewer replicas
-            up, it fails before the primary is touched. `"anti_entropy"`: `"async"`, plus a
+            write goes to the replicas first, and to the primary once `quorum` of them
+            confirmed it; it returns once the primary has it too. One that fails its quorum
+            raises `QuorumUnavailableError` and is not on the primary (reads never show it),
+            nor, after its repair, on any replica; with fewer replicas up, it fails before
+            any store is touched. `"anti_entropy"`: `"async"`, plus a
             `repair()` every `repair_interval` seconds in the background: of the threads
             written since the last one (and those marked for repair), and of every thread
             each `full_repair_every` passes.
