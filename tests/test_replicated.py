@@ -818,6 +818,21 @@ def test_process_replicas_quorum_and_an_unreachable_one(stores: Stores) -> None:
     assert primary.get_tuple(cfg("l")) is not None
 
 
+def test_process_replica_takes_back_a_quorum_write_that_failed(stores: Stores) -> None:
+    """A URL replica that cannot be reached fails a quorum write: the primary does not get
+    it, and the replicator process takes it off its queue (nothing left to apply later, no
+    repair needed)."""
+    primary = stores.new("sqlite")
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    cp = stores.replicated(primary, [dead], "quorum", names=["gone"], quorum_timeout=30)
+    with pytest.raises(QuorumUnavailableError, match="not written to the primary"):
+        cp.put(*a_checkpoint(cp, "q", 0, log=["a"]))
+    assert primary.get_tuple(cfg("q")) is None and cp.get_tuple(cfg("q")) is None
+    wait_for(lambda: cp.status().replicas[0].queued == 0 and not cp.status().replicas[0].up)
+    status = cp.status().replicas[0]
+    assert not status.up and not status.needs_repair and status.applied == 0, status
+
+
 def test_a_bad_replica_url_is_refused_when_built(stores: Stores) -> None:
     primary = stores.new("sqlite")
     with pytest.raises(InvalidConfigError, match="replica URL"):

@@ -21,7 +21,7 @@ from langgraph_ckpt_ext import (
 )
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 
-from .conftest import cleanup, conf, make_saver
+from .conftest import LoopThread, cleanup, conf, make_saver
 from .graphs import chat_graph, human
 from .schema_graphs import CHAIN, graph_v1, graph_v3, is_v3, v1_message
 
@@ -31,10 +31,12 @@ WRAPPERS = ["smart", "replicated"]
 
 class Setup:
     """A backend's checkpointer inside one of the wrappers (a replicated one with an
-    in-memory replica); closed and dropped at the end of the test."""
+    in-memory replica), and an event loop for its async calls; closed and dropped at the end
+    of the test."""
 
     def __init__(self, backend: str, wrapper: str, tmp_path: Path, **options: Any) -> None:
         self.backend, self.kind = backend, wrapper
+        self.loop = LoopThread()
         self.inner = make_saver(backend, tmp_path, **options)
         self.replica: StoreCheckpointer | None = None
         self.cp: Any
@@ -48,9 +50,13 @@ class Setup:
         """Checkpoints of `thread` in the inner (primary) storage."""
         return len(list(self.inner.list(conf(thread))))
 
+    def run(self, coro: Any) -> Any:
+        return self.loop.run(coro)
+
     def close(self) -> None:
         self.cp.close()
         self.inner.close()
+        self.loop.stop()
         cleanup(self.backend, self.inner)
 
 
@@ -72,6 +78,8 @@ def setup(backend: str, wrapper: str, tmp_path: Path) -> Iterator[Setup]:
 
 
 def run(coro: Any) -> Any:
+    """(Only for calls that fail before any I/O: a store's async calls need one long-lived loop
+    here; see `Setup.run`.)"""
     return asyncio.run(coro)
 
 
@@ -93,28 +101,29 @@ def test_time_travel_methods(setup: Setup) -> None:
 
     entries = list(cp.history("t"))
     assert [e.checkpoint_id for e in entries] == listed
-    assert [e.checkpoint_id for e in run(collect(cp.ahistory("t")))] == listed
+    assert [e.checkpoint_id for e in setup.run(collect(cp.ahistory("t")))] == listed
     page = cp.history_page("t", size=2)
     assert [e.checkpoint_id for e in page.entries] == listed[:2]
-    assert [e.checkpoint_id for e in run(cp.ahistory_page("t", size=2)).entries] == listed[:2]
+    apage = setup.run(cp.ahistory_page("t", size=2))
+    assert [e.checkpoint_id for e in apage.entries] == listed[:2]
 
     newest, oldest = entries[0], entries[-1]
     assert cp.inspect(newest.config).values["turns"] == 2
-    assert run(cp.ainspect(newest.config)).values["turns"] == 2
+    assert setup.run(cp.ainspect(newest.config)).values["turns"] == 2
     d = cp.diff(entries[2].config, newest.config)
     assert d and d.apply(cp.inspect(entries[2].config).values) == (
         cp.inspect(newest.config).values)
-    assert run(cp.adiff(entries[2].config, newest.config))
+    assert setup.run(cp.adiff(entries[2].config, newest.config))
 
     assert len(cp.replay(oldest.config, newest.config)) == len(entries) - 1
-    assert len(run(cp.areplay(oldest.config, newest.config))) == len(entries) - 1
+    assert len(setup.run(cp.areplay(oldest.config, newest.config))) == len(entries) - 1
 
     head = cp.fork(entries[2].config, "t-fork")
     assert cp.get_tuple(head) is not None
-    assert run(cp.afork(entries[2].config, "t-afork")) is not None
+    assert setup.run(cp.afork(entries[2].config, "t-afork")) is not None
     tree = cp.lineage("t")
     assert {c.thread_id for c in tree.children} == {"t-fork", "t-afork"}
-    assert run(cp.alineage("t-fork")).thread_id == "t"
+    assert setup.run(cp.alineage("t-fork")).thread_id == "t"
     graph.invoke({"messages": [human("on the fork")]}, head)
     assert graph.get_state(conf("t")).values["turns"] == 2  # the source is untouched
     if setup.kind == "replicated":  # the forks were replicated
@@ -137,20 +146,20 @@ def test_storage_and_audit_methods(setup: Setup) -> None:
     sizes = cp.sizes("t")
     assert setup.stored("t") == len(list(cp.list(conf("t"))))
     assert sizes == setup.inner.sizes("t") and sum(s.rows for s in sizes) > 0
-    assert run(cp.asizes("t")) == sizes
+    assert setup.run(cp.asizes("t")) == sizes
     report = cp.verify("t")
     assert report.checked == setup.stored("t") and report == setup.inner.verify("t")
-    assert run(cp.averify("t")) == report
+    assert setup.run(cp.averify("t")) == report
     if setup.kind == "replicated":  # (a smart one's batches break the chain: see the report)
         assert report.ok, report
     assert cp.prune_plan("t") == setup.inner.prune_plan("t") != []
-    assert run(cp.aprune_plan("t", strategy="delete")) == setup.inner.prune_plan(
+    assert setup.run(cp.aprune_plan("t", strategy="delete")) == setup.inner.prune_plan(
         "t", strategy="delete")
-    assert cp.thread_ids() == ["t", "u"] == run(cp.athread_ids())
+    assert cp.thread_ids() == ["t", "u"] == setup.run(cp.athread_ids())
     assert setup.stored("u") > 0
     assert cp.storage_version() == setup.inner.storage_version()
-    assert run(cp.astorage_version()) == setup.inner.storage_version()
-    assert cp.migration_log() == [] == run(cp.amigration_log("t"))
+    assert setup.run(cp.astorage_version()) == setup.inner.storage_version()
+    assert cp.migration_log() == [] == setup.run(cp.amigration_log("t"))
 
 
 def test_a_method_the_inner_checkpointer_lacks_says_so(wrapper: str) -> None:
@@ -213,11 +222,11 @@ def test_migration_methods(backend: str, wrapper: str, tmp_path: Path) -> None:
         assert dry.dry_run and dry.checkpoints_migrated > 0
         report = cp.migrate_threads(thread_ids=["done"])
         assert report.threads_migrated == 1 and report.checkpoints_migrated > 0
-        rest = run(cp.amigrate_threads())
+        rest = s.run(cp.amigrate_threads())
         assert rest.threads_migrated == 1 and cp.migrate_threads().checkpoints_migrated == 0
 
         log = cp.migration_log("done")
-        assert log and log == s.inner.migration_log("done") == run(cp.amigration_log("done"))
+        assert log and log == s.inner.migration_log("done") == s.run(cp.amigration_log("done"))
         assert {e.thread_id for e in cp.migration_log()} == {"done", "paused"}
         stored = [t.checkpoint["channel_values"] for t in s.inner.list(conf("done"))]
         assert all(is_v3(v) for v in stored if v.get("messages")), stored

@@ -352,6 +352,7 @@ class ProcessReplica(_Health):
         for op in self.acks.values():
             op.ack.settle(self.name, ReplicationError(f"replica {self.name}: queue overflowed"))
         self.acks.clear()
+        self.withdrawn.clear()
         for op in self.pending.values():
             self._mark(op)
         self.pending.clear()

@@ -2,12 +2,12 @@
 
 Every write goes to the primary first (a quorum write last: see `_quorum_write`). Then, per
 replica, it is queued (bounded) and applied in the primary's order by a worker thread of that
-replica, consecutive checkpoints and writes in
-one batch where the replica can take one. A replica that fails is marked down and retried with
-backoff; its queue waits for it. A queue that overflows is dropped and the replica marked for
-repair: `repair()` compares every thread with the primary (checkpoint ids and content hashes)
-and copies, rebuilds or deletes what differs. Reads go to the primary and fail over to the most
-up-to-date replica that is up when the primary cannot be reached.
+replica, consecutive checkpoints and writes in one batch where the replica can take one. A
+replica that fails is marked down and retried with backoff; its queue waits for it. A queue
+that overflows is dropped and the replica marked for repair: `repair()` compares every thread
+with the primary (checkpoint ids and content hashes) and copies, rebuilds or deletes what
+differs. Reads go to the primary and fail over to the most up-to-date replica that is up when
+the primary cannot be reached.
 """
 
 from __future__ import annotations
