@@ -12,6 +12,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..core.appendlog import DEFAULT_MAX_BYTES
 from ..core.codec import writes_order
 from ..core.rows import (
+    AuditSwitch,
     BlobRef,
     BlobRow,
     CheckpointRow,
@@ -40,6 +41,7 @@ class MemoryStore:
         self.writes: dict[tuple[str, str, str], dict[tuple[str, int], WriteRow]] = defaultdict(dict)
         self.latest: dict[_NsKey, str] = {}  # newest checkpoint id per namespace
         self.migrations: dict[tuple[str, str, str, int], MigrationEntry] = {}
+        self.audit_log: list[AuditSwitch] = []
         self._lock = threading.RLock()
 
     def _put_blobs(self, thread_id: str, ns: str, blobs: Sequence[BlobRow]) -> set[str]:
@@ -265,6 +267,14 @@ class MemoryStore:
         with self._lock:
             found = [m for m in self.migrations.values() if thread_id in (None, m.thread_id)]
         return sorted(found, key=lambda m: (m.migrated_at, *m.key))
+
+    async def read_audit_log(self, last: bool = False) -> list[AuditSwitch]:
+        with self._lock:
+            return self.audit_log[-1:] if last else list(self.audit_log)
+
+    async def log_audit_switch(self, switch: AuditSwitch) -> None:
+        with self._lock:
+            self.audit_log.append(switch)
 
     async def sizes(self, thread_id: str) -> list[StoredSize]:
         acc: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])

@@ -23,6 +23,7 @@ from ...core.codec import writes_order
 from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
 from ...core.perloop import PerLoop
 from ...core.rows import (
+    AuditSwitch,
     BlobRow,
     CheckpointRow,
     ListQuery,
@@ -211,6 +212,7 @@ class RedisStore:
         self._threads_key = f"{prefix}:threads"
         self._runs_key = f"{prefix}:runs"
         self._layout_key = f"{prefix}:layout"
+        self._audit_key = f"{prefix}:audit"
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._writes_since_sweep = 0
         self._runs_cursor = b"-"
@@ -362,6 +364,18 @@ class RedisStore:
     async def storage_version(self) -> int:
         current = await self._command("GET", self._layout_key)
         return 0 if current is None else int(current)
+
+    async def read_audit_log(self, last: bool = False) -> list[AuditSwitch]:
+        found = await self._command("LRANGE", self._audit_key, -1 if last else 0, -1)
+        out = []
+        for entry in found or ():
+            on, at, why = bytes(entry).split(b"\0", 2)
+            out.append(AuditSwitch(on == b"1", float(at), _s(why)))
+        return out
+
+    async def log_audit_switch(self, switch: AuditSwitch) -> None:
+        entry = b"%d\0%s\0%s" % (switch.enabled, _b(repr(float(switch.at))), _b(switch.reason))
+        await self._command("RPUSH", self._audit_key, entry)
 
     # -- writing ------------------------------------------------------------------------------
 
