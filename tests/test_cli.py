@@ -385,6 +385,38 @@ def _verify_tampered(s: Store) -> None:
     assert fails(Run(6, "", run.err), 6, "verification failed for 1 of 2", "'chat'")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fork_into_an_audited_store_verifies(backend: str, tmp_path: Path) -> None:
+    """`lgckpt fork` into an audited store seals the fork, so `verify --all` passes; `lgckpt
+    audit status|on|off`: off needs --reason, warns, is recorded and reported by verify."""
+    s = new_store(backend, tmp_path, audit=True)
+    try:
+        with s.open(audit=True) as cp:
+            write_threads(cp)
+        assert lgckpt("fork", "chat", "--to", "chat-fork", url=s.url).code == 0
+        run = lgckpt("verify", "--all", url=s.url)
+        assert run.code == 0 and run.err == "", run
+        assert {line.split()[0]: line.split()[-1] for line in run.out.splitlines()[1:]}[
+            "chat-fork"] == "intact"
+        status = lgckpt("audit", "status", "--json", url=s.url).json()
+        assert status["enabled"] and [e["enabled"] for e in status["log"]] == [True]
+        fails(lgckpt("audit", "off", url=s.url), 2, "--reason")
+        run = lgckpt("audit", "off", "--reason", "maintenance window", url=s.url)
+        assert run.code == 0 and run.out.startswith("audit: off"), run
+        assert "lgckpt: warning: audit trail turned off" in run.err and "maintenance" in run.err
+        log = lgckpt("audit", "status", "--json", url=s.url).json()["log"]
+        assert [(e["enabled"], e["reason"]) for e in log][1:] == [(False, "maintenance window")]
+        assert lgckpt("fork", "chat", "--to", "chat-late", url=s.url).code == 0
+        run = lgckpt("verify", "chat-late", url=s.url)
+        assert run.code == 6 and "turned off" in run.err and "maintenance window" in run.err
+        run = lgckpt("audit", "on", url=s.url)
+        assert run.code == 0 and run.out.startswith("audit: on") and run.err == "", run
+        assert lgckpt("fork", "chat", "--to", "chat-again", url=s.url).code == 0
+        assert lgckpt("verify", "chat-fork", "chat-again", url=s.url).code == 0
+    finally:
+        cleanup(s.backend, s.writer)
+
+
 # -- bad input -------------------------------------------------------------------------------------
 
 

@@ -52,9 +52,9 @@ threads (each reported on stderr)"""
 
 
 def _command_modules() -> list[ModuleType]:
-    from . import inspect, move
+    from . import audit, inspect, move
 
-    return [inspect, move]
+    return [inspect, move, audit]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime as dt
 import re
 import reprlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -641,8 +642,9 @@ def _verify(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = add_command(
         sub, "verify", help="check threads' audit hash chains (exit 6 on a problem)",
         description="Recompute each checkpoint's audit hash from what is stored and check the "
-        "links to its parent, for threads written with audit=True. Exits with 6 when a "
-        "checkpoint was altered, removed or replaced, or when a thread holds no audit trail.",
+        "links to its parent, for threads written while the store was audited (lgckpt audit). "
+        "Exits with 6 when a checkpoint was altered, removed or replaced, or when a thread "
+        "holds no audit trail.",
         example="lgckpt verify --all\n"
                 "lgckpt verify t-1 --json",
     )
@@ -695,14 +697,23 @@ def run_verify(args: argparse.Namespace, out: Output) -> int:
     if not out.json_mode:
         for report in failed:
             out.lines(str(_printable_audit(report)))
+    offs = [s for s in (reports[0].switches if reports else []) if not s.enabled]
+    if offs and (failed or unaudited):
+        out.note(f"the store's audit was turned off {len(offs)} time(s), last at "
+                 f"{_iso(offs[-1].at)} ({printable(offs[-1].reason)}): checkpoints stored "
+                 "while it was off are not sealed")
     if unaudited:
         out.error(f"{len(unaudited)} thread(s) hold no audit trail ({quoted_names(unaudited)}): they "
-                  "were written with audit off; write with audit=True (e.g. connect(url, "
-                  "audit=True)) to record one")
+                  "were written with audit off; turn it on for the store (lgckpt audit on, or "
+                  "open a checkpointer with audit=True) to record one")
     if failed:
         out.error(f"verification failed for {len(failed)} of {len(rows)} thread(s): "
                   f"{quoted_names([r.thread_id for r in failed])}")
     return VERIFY_FAILED if failed or unaudited else OK
+
+
+def _iso(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _printable_audit(report: AuditReport) -> AuditReport:
