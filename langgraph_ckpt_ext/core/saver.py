@@ -395,23 +395,25 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     async def aprepare_batch(
         self, ops: Sequence[tuple[Any, ...]], *, portable: bool = False
     ) -> PreparedBatch | None:
-        """`aput_batch`'s ops as rows, not yet written (None when this checkpointer keeps an
-        audit trail: its records must be sealed one by one as stored).
+        """`aput_batch`'s ops as rows, not yet written. None when the store is audited (its
+        records are sealed one by one as stored), unless the batch is `portable` with one
+        checkpoint at most: that one is sealed as `aput` would (a replicated write).
 
         Batches are written with `awrite_prepared`, several at once if need be: a batch
         written again with a later one (while its own write is still out) makes the later
         write stand for both, so that it never waits for the earlier one to come back.
         `portable`: rows any of our stores can take (`awrite_rows`), not only this one.
         """
-        if await self._audited():
+        audited = await self._audited()
+        if audited and not (portable and sum(op[0] == "put" for op in ops) <= 1):
             return None
-        batch = PreparedBatch([], [], set())
+        batch = PreparedBatch([], [], set(), audited)
         try:
             for op in ops:
                 if op[0] == "put":
                     _, config, checkpoint, metadata, new_versions = op
                     put = await self._prepare_put(
-                        config, checkpoint, metadata, new_versions, portable)
+                        config, checkpoint, metadata, new_versions, portable, seal=audited)
                     batch.items.append((put.row, put.blobs))
                     batch.puts.append(put)
                     row = put.row
@@ -442,8 +444,11 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         the backend allows). Every row is an upsert, so a batch written twice (here and by a
         write of its own still out) stores the same rows."""
         items = [item for b in batches for item in b.items]
+        # An audited batch's writes, as `aput_writes` stores them (a child's seal covers them).
+        writes = [w for b in batches if b.audited for i in b.items if isinstance(i, list) for w in i]
         try:
-            fell_back = await self._store.write_batch(items) if items else []
+            with self._auditor.writing(writes):
+                fell_back = await self._store.write_batch(items) if items else []
         except BaseException:
             for thread_id in {t for b in batches for t in b.threads}:
                 self._log.forget(thread_id)
@@ -471,13 +476,15 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     def rows_compatible(self, other: BaseCheckpointSaver[Any]) -> bool:
         """Whether rows this checkpointer makes can be stored by `other` as they are: both
         ours, with LangGraph's own serializer (an encrypting one, say, would differ), and
-        neither store audited now (audit records are sealed as each row is stored)."""
+        neither store known to be audited (an audited store seals each row as stored), as
+        last read: this reads nothing, so an unreachable store can be asked.
+        """
         return (
             isinstance(other, StoreCheckpointer)
             and type(self.serde) is JsonPlusSerializer
             and type(other.serde) is JsonPlusSerializer
-            and not self._sync(self._audited())
-            and not other._sync(other._audited())
+            and not (self._audit_want or self._audit_on)
+            and not (other._audit_want or other._audit_on)
         )
 
     def _upgraded_blobs(
@@ -1087,6 +1094,8 @@ class PreparedBatch:
     items: builtins.list[BatchItem]
     puts: builtins.list[_PreparedPut]
     threads: set[str]
+    audited: bool = False
+    """Its checkpoint is sealed: its writes are recorded for the child's seal."""
 
     def rows(self) -> builtins.list[BatchItem]:
         """The rows alone, for another store (`awrite_rows`): plain data that pickles, an
