@@ -283,6 +283,27 @@ def test_audit_false_does_not_turn_it_off(backend: str, tmp_path: Path) -> None:
         cleanup(backend, on)
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"])
+def test_smart_checkpointer_over_an_audited_store(backend: str, tmp_path: Path) -> None:
+    """A SmartCheckpointer whose inner checkpointer was opened without audit=True, on an
+    audited store: its flushed batches are sealed, and verify passes."""
+    from langgraph_ckpt_ext import SmartCheckpointer
+
+    on = make_saver(backend, tmp_path, audit=True)
+    inner = reopen(backend, on, tmp_path)
+    try:
+        with SmartCheckpointer(inner) as smart:
+            for i in range(3):
+                _chat_turn(smart, "smart", f"hi {i}")  # type: ignore[arg-type]
+            run_graphs(smart, "s-")  # type: ignore[arg-type]
+        for thread in ("smart", "s-chat", "s-approval", "s-fan", "s-sub"):
+            assert_clean(verify_fresh(backend, on, tmp_path, thread))
+    finally:
+        inner.close()
+        on.close()
+        cleanup(backend, on)
+
+
 def test_turning_audit_off_is_explicit_logged_and_recorded(
     backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
