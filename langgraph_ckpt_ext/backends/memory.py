@@ -322,8 +322,9 @@ class InMemoryCheckpointer(StoreCheckpointer):
             written list is dropped, and stored whole at its next put; 0: none kept).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): see
             `migrate_threads`.
-        audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
-            `verify`.
+        audit: turn auditing on for the store, recorded in it (every checkpointer writing to
+            it then seals each checkpoint; False turns nothing off): see `verify`,
+            `enable_audit` and `disable_audit`.
 
     Example:
         >>> from langgraph_ckpt_ext import InMemoryCheckpointer

@@ -36,8 +36,9 @@ __all__ = ["CliError", "Output", "main"]
 
 _DESCRIPTION = """\
 Inspect and operate the checkpoint stores of langgraph-ckpt-ext: list threads and their
-history, show and diff checkpoints, fork, prune, migrate state schemas, verify audit trails,
-copy threads between stores, import them from LangGraph's own savers, export them.
+history, show and diff checkpoints, fork, prune, migrate state schemas, verify audit trails
+(and turn a store's auditing on or off), copy threads between stores, import them from
+LangGraph's own savers, export them.
 
 A store written with a serializer of your own is read with --serde MODULE:OBJECT (an object
 with dumps_typed and loads_typed, or a class or factory that makes one). Store-wide commands

@@ -1,6 +1,9 @@
 """A tamper-evident audit trail: each checkpoint's hash chained over its parent's.
 
-With `audit=True`, every checkpoint `put` stores carries in its metadata
+Auditing is a setting of the store, recorded in its audit log (`Store.log_audit_switch`): turned
+on by a checkpointer opened with `audit=True`, by `enable_audit()` or `lgckpt audit on`, and off
+only by `disable_audit(reason=...)` / `lgckpt audit off --reason`. While it is on, every
+checkpoint any of our checkpointers stores carries in its metadata
 
     metadata["audit"] = {
         "v": 1,            # this format
@@ -32,8 +35,10 @@ parent was deleted; its child is reported), `broken_link` (`prev` is not the par
 hash: the parent was replaced) and `unhashed` (written with audit off). What breaks a chain
 without tampering: an eager schema migration (`migrate_threads`) rewrites checkpoints, which
 then verify as altered (they are not re-hashed); pruning or deleting runs leaves the oldest kept
-checkpoint with a missing parent; a copied thread (`copy_thread`) is bound to the source's
-thread id, and verifies as altered.
+checkpoint with a missing parent. A copied thread (`copy_thread`) is bound to the source's thread
+id: in an audited store it is sealed again under its own (`Auditor.reseal`). An unhashed
+checkpoint is reported with what the store's audit log says of its time: before auditing was
+turned on, after it was turned off (when, why), or while it was on.
 
 To save reads, a checkpointer remembers (bounded, per process) the hashes and value digests of
 what it stored, and the writes it stored for each checkpoint; a value not remembered is read

@@ -48,8 +48,9 @@ class PostgresCheckpointer(StoreCheckpointer):
         setup: create or migrate the tables now (DSN only; idempotent, safe across processes).
         schema_chain: the state schema's version and upcasters (`SchemaChain`; not to be
             confused with `schema`, the PostgreSQL schema): see `migrate_threads`.
-        audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
-            `verify`.
+        audit: turn auditing on for the store, recorded in it (every checkpointer writing to
+            it then seals each checkpoint; False turns nothing off): see `verify`,
+            `enable_audit` and `disable_audit`.
         pool_options: passed to `asyncpg.create_pool`, e.g. `min_size`, `max_size`. Behind
             PgBouncer in transaction mode pass `statement_cache_size=0`.
 

@@ -49,8 +49,9 @@ class RedisCheckpointer(StoreCheckpointer):
         setup: record the key layout's version now (URL only; idempotent).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): see
             `migrate_threads`.
-        audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
-            `verify`.
+        audit: turn auditing on for the store, recorded in it (every checkpointer writing to
+            it then seals each checkpoint; False turns nothing off): see `verify`,
+            `enable_audit` and `disable_audit`.
         client_options: passed to `redis.asyncio.Redis.from_url` (or `RedisCluster.from_url`);
             `socket_connect_timeout` defaults to 5 s.
 

@@ -78,8 +78,9 @@ class SQLiteCheckpointer(StoreCheckpointer):
         setup: create or migrate the tables now (idempotent; safe across processes).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): see
             `migrate_threads`.
-        audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
-            `verify`.
+        audit: turn auditing on for the store, recorded in it (every checkpointer writing to
+            it then seals each checkpoint; False turns nothing off): see `verify`,
+            `enable_audit` and `disable_audit`.
 
     Example:
         >>> cp = SQLiteCheckpointer("agent.db")                      # doctest: +SKIP
