@@ -65,7 +65,7 @@ def v2_to_v3(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-CHAIN = SchemaChain(current=3, upcasters={1: v1_to_v2, 2: v2_to_v3})
+CHAIN = SchemaChain(current=3, upcasters={1: v1_to_v2, 2: v2_to_v3}, name="echo")
 
 
 # -- the graphs --------------------------------------------------------------------------------

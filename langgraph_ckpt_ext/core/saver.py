@@ -305,8 +305,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         """A checkpoint as the rows to store, and what to remember once they are stored."""
         md = get_serializable_checkpoint_metadata(config, metadata)
         thread_id, ns, checkpoint_id, parent_id = put_ids(config, checkpoint, md, new_versions)
-        if self.schema_chain is not None:
-            md["schema_version"] = self.schema_chain.current  # type: ignore[typeddict-unknown-key]
+        if self.schema_chain is not None:  # the stamp is the chain's: an unnamed one sets none
+            md.pop("schema_name", None)  # type: ignore[typeddict-item]
+            md.update(self.schema_chain.stamp())  # type: ignore[typeddict-item]
         checkpoint, upgraded = _store_upgraded(checkpoint, new_versions)
         header = codec.encode_header(self.serde, checkpoint)
         blobs, plans = codec.encode_blobs(
@@ -553,10 +554,13 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         Channels whose value the upgrade changed or added get a fresh version marked as not
         stored (`upgraded_version`): the next `put` of a checkpoint that still holds them
         stores them, so a thread resumed from here keeps its upgraded values."""
+        from ..migrations import compare, stored_schema_name
+
+        if not chain.owns(stored_schema_name(tup.metadata, tup.checkpoint["id"])):
+            return tup  # another chain's: its versions mean nothing to this one
         stored = stored_schema_version(tup.metadata, chain, tup.checkpoint["id"])
         if not chain.needs(stored):
             return tup
-        from ..migrations import compare
 
         old = tup.checkpoint["channel_values"]
         values = chain.upgrade(old, stored)
@@ -856,18 +860,30 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         dry_run: bool = False,
         progress: Callable[[MigrationProgress], None] | None = None,
         concurrency: int = 4,
+        include_unstamped: bool = False,
     ) -> MigrationReport:
         """Rewrite stored checkpoints older than `schema_chain.current` (of every thread, or of
         `thread_ids`) to the current version: values, channel versions and pending writes.
+
+        Only the chain's own threads are rewritten: those whose newest checkpoint with a chain
+        name carries `schema_chain.name`. `include_unstamped=True` adds the threads with no
+        name at all (written with no chain, or before chains had names), which are then
+        stamped with the name; an unnamed chain needs it. A thread of another chain's name is
+        never touched. Skipped threads are counted and listed in the report.
 
         Each checkpoint is rewritten and logged in one atomic step, at most once per version,
         so a run that was interrupted finishes the job when started again; a second run finds
         nothing to do. `dry_run` reports what would change without writing. `progress` is
         called after each thread with a `MigrationProgress`.
+
+        Raises:
+            InvalidConfigError: no `schema_chain`, or an unnamed one without
+                `include_unstamped=True`.
         """
         return self._sync(
             self.amigrate_threads(
-                thread_ids, dry_run=dry_run, progress=progress, concurrency=concurrency
+                thread_ids, dry_run=dry_run, progress=progress, concurrency=concurrency,
+                include_unstamped=include_unstamped,
             )
         )
 
@@ -878,6 +894,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         dry_run: bool = False,
         progress: Callable[[MigrationProgress], None] | None = None,
         concurrency: int = 4,
+        include_unstamped: bool = False,
     ) -> MigrationReport:
         from ..migrations.runner import migrate_threads
 
@@ -893,6 +910,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         return await migrate_threads(
             self, self.schema_chain, thread_ids,
             dry_run=dry_run, progress=progress, concurrency=concurrency,
+            include_unstamped=include_unstamped,
         )
 
     def migration_log(self, thread_id: str | None = None) -> builtins.list[MigrationEntry]:
