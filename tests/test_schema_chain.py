@@ -161,5 +161,5 @@ def test_a_chain_name_is_stamped_and_decides_what_it_owns() -> None:
             SchemaChain(current=1, name=bad)  # type: ignore[arg-type]
     assert stored_schema_name({"schema_name": "support"}, "c1") == "support"
     assert stored_schema_name({}, "c1") is None
-    with pytest.raises(SchemaVersionError, match="'c1' has schema_name 3.*not a string"):
+    with pytest.raises(SchemaVersionError, match=r"'c1' has schema_name 3.*not a string"):
         stored_schema_name({"schema_name": 3}, "c1")
