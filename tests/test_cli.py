@@ -28,6 +28,7 @@ from langgraph_ckpt_ext.cli import build_parser, main
 from langgraph_ckpt_ext.cli.inspect import checkpoint_ref
 from langgraph_ckpt_ext.cli.output import Output, cell
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
+from langgraph_ckpt_ext.migrations import SchemaChain
 
 from .conftest import PG_DSN, REDIS_URL, cleanup, conf, make_saver, reopen_saver
 from .graphs import approval_graph, chat_graph, human, subgraph_graph
@@ -297,28 +298,51 @@ def test_migrate(backend: str, tmp_path: Path) -> None:
 
 
 def _migrate(s: Store) -> None:
-    with s.open() as cp:  # threads of the v1 state schema, written with no chain
+    with s.open() as cp:  # v1 threads: two of the echo graph, one of billing, one unstamped
         graph = graph_v1().compile(checkpointer=cp)
-        for thread in ("m1", "m2"):
+        for thread, name in (("m1", "echo"), ("m2", "echo"), ("b1", "billing"), ("u1", None)):
+            cp.schema_chain = None if name is None else SchemaChain(1, name=name)
             graph.invoke({"messages": [v1_message("human", "hi")], "objective": "o"},
                          conf(thread))
     before = s.snapshot()
     chain = ["--chain", "tests.schema_graphs:CHAIN", "--path", str(REPO)]
     dry = lgckpt("migrate", *chain, "--dry-run", "--json", url=s.url).json()
     assert dry["dry_run"] and dry["threads_migrated"] == 2 and dry["checkpoints_migrated"] == 6
+    assert dry["threads"] == ["m1", "m2"] and dry["chain_name"] == "echo"
+    assert (dry["threads_skipped_other"], dry["threads_skipped_unstamped"]) == (1, 1)
+    assert sorted((x["thread_id"], x["reason"], x["schema_name"]) for x in dry["skipped"]) == [
+        ("b1", "other chain", "billing"), ("u1", "unstamped", None)]
+    text = lgckpt("migrate", *chain, "--dry-run", url=s.url).out
+    assert text.startswith("would migrate 6 checkpoint(s) of 2 thread(s) to schema version 3 "
+                           "of chain 'echo'")
+    assert "  threads: m1, m2\n" in text
+    assert "skipped 1 thread(s) of other chains: b1 ('billing')" in text
+    assert "skipped 1 unstamped thread(s)" in text and "--include-unstamped" in text
     assert s.snapshot() == before
-    text = lgckpt("migrate", *chain, "m1", url=s.url).out
+    text = lgckpt("migrate", *chain, "m1", "b1", url=s.url).out
     assert text.startswith("migrated 3 checkpoint(s) of 1 thread(s) to schema version 3")
+    assert "b1 ('billing')" in text
     again = lgckpt("migrate", *chain, "--json", url=s.url).json()
     assert (again["checkpoints_migrated"], again["checkpoints_current"]) == (3, 3)
+    assert again["threads"] == ["m2"]
+    unstamped = lgckpt("migrate", *chain, "--include-unstamped", "--json", url=s.url).json()
+    assert unstamped["threads"] == ["u1"] and unstamped["threads_skipped_other"] == 1
     with s.open() as cp:  # stored values rewritten: read with no chain at all
-        for thread in ("m1", "m2"):
+        for thread in ("m1", "m2", "u1"):
             values = cp.get_tuple(conf(thread))
             assert values is not None and values.metadata["schema_version"] == 3
+            assert values.metadata["schema_name"] == "echo"
             assert values.checkpoint["channel_values"]["goal"] == "o"
+        other = cp.get_tuple(conf("b1"))  # another graph's thread: as it was written
+        assert other is not None and other.metadata["schema_version"] == 1
+        assert "priority" not in other.checkpoint["channel_values"]
+        assert other.checkpoint["channel_values"]["objective"] == "o"
     assert [c for c, _ in s.snapshot().values()] == [c for c, _ in before.values()]
+    assert s.snapshot()["b1"] == before["b1"]
     fails(lgckpt("migrate", "--chain", "tests.schema_graphs:graph_v1", "--path", str(REPO),
                  url=s.url), 2, "not a SchemaChain")
+    fails(lgckpt("migrate", "--chain", "tests.schema_graphs:UNNAMED_CHAIN", "--path", str(REPO),
+                 url=s.url), 2, "has no name", "--include-unstamped")
 
 
 def tamper(s: Store, thread: str, channel: str, data: bytes) -> None:

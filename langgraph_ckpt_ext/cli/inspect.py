@@ -579,19 +579,25 @@ def _migrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="Rewrite stored checkpoints older than the chain's current state-schema "
         "version (of every thread, or of those named), with their pending writes; each "
         "checkpoint once, logged. A run that was stopped finishes the job when started again. "
+        "Only the chain's own threads (stamped with its name) are rewritten; "
+        "--include-unstamped adds those with no chain name (written before names, or with no "
+        "chain); another chain's threads are skipped, and listed. "
         "--chain names your SchemaChain as MODULE:ATTR, imported from --path (default: the "
         "current directory).",
         example="lgckpt migrate --chain myapp.state:CHAIN --path src --dry-run\n"
+                "lgckpt migrate --chain myapp.state:CHAIN --include-unstamped\n"
                 "lgckpt migrate --chain myapp.state:CHAIN t-1 t-2",
     )
     p.add_argument("threads", metavar="THREAD", nargs="*",
-                   help="the threads to migrate (default: every thread)")
+                   help="the threads to migrate (default: every thread of the chain)")
     p.add_argument("--chain", required=True, metavar="MODULE:ATTR",
                    help="the SchemaChain to apply, e.g. myapp.state:CHAIN")
     p.add_argument("--path", action="append", metavar="DIR",
                    help="a directory to import MODULE from (repeatable; default: .)")
     p.add_argument("--dry-run", action="store_true",
-                   help="report what would change, write nothing")
+                   help="report what would change and the threads skipped, write nothing")
+    p.add_argument("--include-unstamped", action="store_true",
+                   help="also migrate threads stamped with no chain name (and stamp them)")
     p.set_defaults(run=run_migrate)
 
 
@@ -618,7 +624,8 @@ def run_migrate(args: argparse.Namespace, out: Output) -> int:
                 bar.total = p.threads_total
                 bar.update(p.threads_done - bar.done)
 
-            report = saver.migrate_threads(threads, dry_run=args.dry_run, progress=step)
+            report = saver.migrate_threads(threads, dry_run=args.dry_run, progress=step,
+                                           include_unstamped=args.include_unstamped)
     if out.json_mode:
         out.json(report)
     else:
@@ -631,7 +638,10 @@ def _printable_migration(report: MigrationReport) -> MigrationReport:
     return dataclasses.replace(report, changes=[
         dataclasses.replace(c, thread_id=printable(c.thread_id),
                             checkpoint_ns=printable(c.checkpoint_ns))
-        for c in report.changes])
+        for c in report.changes], threads=[printable(t) for t in report.threads], skipped=[
+        dataclasses.replace(s, thread_id=printable(s.thread_id),
+                            schema_name=None if s.schema_name is None else printable(s.schema_name))
+        for s in report.skipped])
 
 
 # -- verify ---------------------------------------------------------------------------------------
