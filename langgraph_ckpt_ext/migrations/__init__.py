@@ -19,11 +19,11 @@ every backend) and it stamps each checkpoint it writes with `chain.current` (met
 read, and rewrites stored threads on `migrate_threads()`.
 
 The name says which threads the chain owns, where graphs with different state schemas share a
-store: `SchemaChain(3, {...}, name="support")`. A checkpoint stamped with another name is never
-upgraded, on read or by `migrate_threads`. A checkpoint with no name (written with no chain, or
-by a release before names, or by an unnamed chain) counts as the chain's own when read; eager
-migration takes such threads only when asked (`include_unstamped=True`), and stamps them with
-the name then.
+store: `SchemaChain(3, {...}, name="support")`. A checkpoint stamped with another name (any
+name, for a chain without one) is never upgraded, on read or by `migrate_threads`. A
+checkpoint with no name (written with no chain, by a release before names, or by an unnamed
+chain) counts as the chain's own when read; eager migration takes such threads only when asked
+(`include_unstamped=True`), and stamps them with the name then.
 
 Upcasters see and return only the state's channels: LangGraph's own (`__start__`,
 `__interrupt__`, `branch:to:node`, ...: a name starting with `__` or holding `:`) pass through
