@@ -336,3 +336,5 @@ def test_an_unnamed_chain_must_be_told_what_to_migrate(mixed: StoreCheckpointer)
                for md, _ in stored_values(mixed, "legacy-1"))
     with pytest.raises(Exception, match="name must be"):
         SchemaChain(current=1, name="")
+    with pytest.raises(InvalidConfigError, match="include_unstamped is True or False, got 'yes'"):
+        mixed.migrate_threads(include_unstamped="yes")  # type: ignore[arg-type]

@@ -158,6 +158,10 @@ async def migrate_threads(
     include_unstamped: bool = False,
 ) -> MigrationReport:
     """See `StoreCheckpointer.migrate_threads`."""
+    if not isinstance(include_unstamped, bool):
+        raise InvalidConfigError(
+            f"include_unstamped is True or False, got {include_unstamped!r}"
+        )
     if chain.name is None and not include_unstamped:
         raise InvalidConfigError(
             "this SchemaChain has no name, so no stored thread is stamped as its own: name it "
