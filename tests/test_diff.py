@@ -382,6 +382,21 @@ def html_cells(d: StateDiff) -> list[list[str]]:
             for row in re.findall(r"<tr style=[^>]*>(.*?)</tr>", d._repr_html_())]
 
 
+class Same:
+    """Values of one repr that are not equal."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Same) and other.n == self.n
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "Same()"
+
+
 def long_call(i: int, note: str = "") -> ToolCall:
     return ToolCall(id=f"call-{i}", name="search", args={"query": "weather in Oslo " * 4 + note},
                     started_at=T0)
@@ -421,6 +436,8 @@ def test_dict_changes_name_the_keys_that_differ() -> None:
     [
         ("x" * 300 + "a", "x" * 300 + "b"),                     # differ past the width
         ("x" * 300, "x" * 301),                                  # one a prefix of the other
+        ("x" * 20_000 + "a", "x" * 20_000 + "b"),               # past any budget
+        (Same(1), Same(2)),                                      # one repr, not equal
         (["item " * 30], ["item " * 30 + "!", "more"]),          # one item against two
         ([1] * 80 + [2], [1] * 81 + [2]),
         ({"k": "v" * 100, "n": 1}, {"k": "v" * 100, "n": 1.0}),  # by key: 1 -> 1.0

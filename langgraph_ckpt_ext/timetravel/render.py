@@ -53,11 +53,16 @@ def contrast(a: Any, b: Any, width: int) -> tuple[str, str]:
     """`a` and `b` in at most `width` characters each, cut around the first place their texts
     differ; never the same pair of texts for values of another type or text (falls back on
     every field, then on the type names)."""
-    old, new = text(a), text(b)
+    if isinstance(a, str) and isinstance(b, str):  # whole: they may differ past the budget
+        old, new = json.dumps(a, ensure_ascii=False), json.dumps(b, ensure_ascii=False)
+    else:
+        old, new = text(a), text(b)
     if old == new:
         old, new = text(a, compact=False), text(b, compact=False)
     if old == new:
         old, new = f"{old} ({_type(a)})", f"{new} ({_type(b)})"
+    if old == new:  # alike as far as text shows (a repr, the first _BUDGET characters)
+        new += " (differs where the text does not show)"
     if len(old) <= width and len(new) <= width:
         return old, new
     # One start for both, a third of the width before the first difference, so that it shows
