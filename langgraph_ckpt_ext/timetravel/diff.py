@@ -6,7 +6,9 @@
 
 Dicts are compared by key and pydantic models of one class by field; lists of messages with
 ids by message id; a list that only grew at its end is `appended`; any other difference is a
-whole-value `changed`. Pure: nothing here reads or writes a checkpoint.
+whole-value `changed`, whose rendering names the items (of two lists) or keys (of two dicts of
+other types) that differ. Values render as JSON-like text (see `render`), cut around where two
+differ. Pure: nothing here reads or writes a checkpoint.
 """
 
 from __future__ import annotations
@@ -393,10 +395,10 @@ def _show(v: Any) -> str:
 
 
 # (mark, label, old text, new text) of an item or key that differs: `~` both, `-` old, `+` new
-Edit: TypeAlias = tuple[str, str, str, str]
+_Edit: TypeAlias = tuple[str, str, str, str]
 
 
-def _parts(a: Any, b: Any) -> tuple[tuple[str, str], list[Edit]] | None:
+def _parts(a: Any, b: Any) -> tuple[tuple[str, str], list[_Edit]] | None:
     """For two lists (tuples) or two dicts: a header per side (their sizes, and their types
     if these differ) and the items or keys that differ; None for other values."""
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
@@ -404,16 +406,12 @@ def _parts(a: Any, b: Any) -> tuple[tuple[str, str], list[Edit]] | None:
         heads = render.items(len(a)), render.items(len(b))
     elif isinstance(a, Mapping) and isinstance(b, Mapping):
         edits = _key_edits(a, b)
-        heads = _keys(len(a)), _keys(len(b))
+        heads = render.keys(len(a)), render.keys(len(b))
     else:
         return None
     if type(a) is not type(b):
         heads = f"{type(a).__name__} of {heads[0]}", f"{type(b).__name__} of {heads[1]}"
     return heads, _edit_texts(edits, len(heads[0]) + len(heads[1]))
-
-
-def _keys(n: int) -> str:
-    return f"{n} key" if n == 1 else f"{n} keys"
 
 
 def _item_edits(a: Sequence[Any], b: Sequence[Any]) -> list[tuple[str, str, Any, Any]]:
@@ -458,13 +456,13 @@ def _key_edits(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> list[tuple[str, st
     return edits + [("+", label(k), None, v) for k, v in b.items() if k not in a]
 
 
-def _edit_texts(edits: list[tuple[str, str, Any, Any]], used: int) -> list[Edit]:
+def _edit_texts(edits: list[tuple[str, str, Any, Any]], used: int) -> list[_Edit]:
     """The first few edits as text, their values sharing what is left of a line's width; a
     last `…` entry counts the rest."""
     shown = edits[:_EDITS]
     slots = sum(2 if mark == "~" else 1 for mark, *_ in shown) or 1
     width = max(16, (_LINE_VALUE - used - 10 * len(shown)) // slots)
-    out: list[Edit] = []
+    out: list[_Edit] = []
     for mark, label, old, new in shown:
         if mark == "~":
             o, n = render.contrast(old, new, width)
@@ -477,7 +475,7 @@ def _edit_texts(edits: list[tuple[str, str, Any, Any]], used: int) -> list[Edit]
     return out
 
 
-def _parts_text(heads: tuple[str, str], edits: list[Edit]) -> str:
+def _parts_text(heads: tuple[str, str], edits: list[_Edit]) -> str:
     entries = []
     for mark, label, old, new in edits:
         if mark == "~":

@@ -89,9 +89,13 @@ def items(n: int) -> str:
     return f"{n} item" if n == 1 else f"{n} items"
 
 
+def keys(n: int) -> str:
+    return f"{n} key" if n == 1 else f"{n} keys"
+
+
 def _size(value: Any) -> str | None:
     if isinstance(value, Mapping):
-        return f"{len(value)} key" if len(value) == 1 else f"{len(value)} keys"
+        return keys(len(value))
     if isinstance(value, list | tuple | set | frozenset):
         return items(len(value))
     return None
