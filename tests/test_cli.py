@@ -240,13 +240,46 @@ def test_text_output(sqlite_store: Store) -> None:
 
     text = lgckpt("diff", f"chat:{ids[3]}", "chat", url=url).out.splitlines()
     assert text[:2] == [f"--- chat@{ids[3]}", f"+++ chat@{ids[0]}"]
-    assert text[2].startswith("+ messages[id=") and "HumanMessage 'hello 1'" in text[2]
+    assert text[2].startswith("+ messages[id=") and 'HumanMessage "hello 1"' in text[2]
     assert text[-1].split() == ["~", "turns:", "1", "->", "2", "(+1)"]
 
     lines = lgckpt("stats", "chat", url=url).out.splitlines()
     assert lines[0].split() == ["CHECKPOINT", "NS", "KIND", "CHANNEL", "ROWS", "BYTES"]
     assert lines[1].split()[:4] == ["-", "checkpoint", "-", "6"]
     assert lines[-1].startswith("total: ") and " KiB in " in lines[-1]
+
+
+def test_one_checkpoint_reference_everywhere(store: Store) -> None:
+    """THREAD:CHECKPOINT and THREAD CHECKPOINT name a checkpoint in show, history, diff and fork
+    alike; a thread id holding ':' is read whole unless what follows the last ':' is a
+    checkpoint stored in the thread before it; `THREAD:` is the thread's newest."""
+    url = store.url
+    with store.open() as cp:
+        ids = [e.checkpoint_id for e in cp.history("chat")]
+        cp.copy_thread("chat", "user:42")
+        cp.copy_thread("chat", f"odd:{ids[1]}")  # looks like THREAD:CHECKPOINT, is a thread
+    for ref in ([f"chat:{ids[2]}"], ["chat", ids[2]], [f"user:42:{ids[2]}"],
+                ["user:42", ids[2]]):
+        shown = lgckpt("show", *ref, "--json", url=url).json()
+        assert (shown["thread_id"], shown["checkpoint_id"]) == (ref[0].split(":" + ids[2])[0],
+                                                                ids[2]), ref
+    for ref, thread in (("user:42", "user:42"), ("user:42:", "user:42"),
+                        (f"odd:{ids[1]}", f"odd:{ids[1]}"), (f"odd:{ids[1]}:", f"odd:{ids[1]}")):
+        shown = lgckpt("show", ref, "--json", url=url).json()
+        assert (shown["thread_id"], shown["checkpoint_id"]) == (thread, ids[0]), ref
+    listed = lgckpt("history", f"chat:{ids[2]}", "--limit", "2", "--json", url=url).json()
+    assert listed == lgckpt("history", "chat", "--json", url=url).json()[2:4]
+    fails(lgckpt("history", f"chat:{ids[2]}", "--before", ids[3], url=url), 2, "--before")
+    diff = lgckpt("diff", f"chat:{ids[3]}", f"user:42:{ids[0]}", "--json", url=url).json()
+    assert diff["labels"] == [f"chat@{ids[3]}", f"user:42@{ids[0]}"]
+    forked = lgckpt("fork", f"chat:{ids[2]}", "--to", "chat-2", "--json", url=url).json()
+    assert (forked["source_thread_id"], forked["checkpoint_id"]) == ("chat", ids[2])
+    absent = "1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21"
+    fails(lgckpt("show", f"chat:{absent}", url=url), 3, f"{absent!r} is not stored")
+    # values read as JSON-like text, not Python reprs
+    text = lgckpt("show", "approval", url=url).out
+    assert '{"question": "approve deploy?"}' in text and "{'question'" not in text
+    assert '["proposed deploy"]' in text and "['proposed" not in text
 
 
 # -- writing ---------------------------------------------------------------------------------------
@@ -514,3 +547,8 @@ def test_output_tables_colour_and_progress(monkeypatch: pytest.MonkeyPatch) -> N
         bar.update(4)
     assert quiet.getvalue() == ""  # not a terminal
     assert cell("status", None) == "-" and cell("total_bytes", 3 * 1024 ** 2) == "3.0 MiB"
+    # values of other types as JSON-like text, not Python reprs
+    from datetime import date
+
+    assert cell("x", {"a": None, "b": [True]}) == '{"a": null, "b": [true]}'
+    assert cell("x", date(2026, 1, 2)) == "2026-01-02"

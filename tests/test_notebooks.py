@@ -38,7 +38,7 @@ EXPECTED = {
     "03_time_travel.ipynb": [
         "page 3: steps [-1]",
         "planner wrote tool='weather'",
-        "+ tool:  'weather'",
+        '+ tool:  "weather"',
         "fixed: You will earn 135.00 EUR.",
         "source still answers: The forecast: sunny and 24 C in Lisbon.",
         "whole_words  You will earn 135.00 EUR.",

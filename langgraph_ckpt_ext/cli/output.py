@@ -143,7 +143,8 @@ def human_bytes(n: int) -> str:
 
 def cell(column: str, value: Any) -> str:
     """How a table shows a value: `-` for none, sizes (a column named `bytes` or ending in
-    `_bytes`) humanized, times to the second, lists comma-separated, statuses with spaces."""
+    `_bytes`) humanized, times to the second, lists comma-separated, statuses with spaces,
+    other values as JSON (`{"a": null}`)."""
     if value is None or value == "":
         return "-"
     if (column == "bytes" or column.endswith("_bytes")) and isinstance(value, int):
@@ -156,7 +157,10 @@ def cell(column: str, value: Any) -> str:
         return ", ".join(cell("", v) for v in value) or "-"
     if column == "status":
         return printable(str(value).replace("_", " "))
-    return printable(str(value))
+    if isinstance(value, str | int | float):
+        return printable(str(value))
+    plain = jsonable(value)  # a dict, a date, a model: JSON-like, not a Python repr
+    return printable(plain if isinstance(plain, str) else json.dumps(plain, ensure_ascii=False))
 
 
 class Progress:
