@@ -53,6 +53,8 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ("sqlite://rel.db", "sqlite:///rel.db"),
     ("sqlite://data/rel.db", "sqlite:///data/rel.db"),
     ("sqlite://rel.db?busy_timeout=5", "sqlite:///rel.db"),
+    ("sqlite:rel.db", "sqlite:///rel.db"),
+    ("sqlite:/abs/x.db", "sqlite:////abs/x.db"),
 ])
 def test_sqlite_url_with_a_host_refused(in_tmp: Path, url: str, right: str) -> None:
     with pytest.raises(InvalidConfigError) as info:
@@ -139,7 +141,8 @@ def test_bad_option_values_refused(in_tmp: Path, url: str, words: list[str]) -> 
 
 def test_postgres_options() -> None:
     schema = f"lgx_test_{uuid.uuid4().hex[:12]}"
-    url = f"{PG_DSN}?schema={schema}&min_size=1&max_size=3&application_name=lgx_urls"
+    url = (f"{PG_DSN}?schema={schema}&min_size=1&max_size=3&application_name=lgx_urls"
+           "&sslmode=disable&target_session_attrs=read-write")  # the last three: asyncpg's
     try:
         with connect(url) as cp:
             assert isinstance(cp, PostgresCheckpointer) and cp.store._schema == schema

@@ -151,6 +151,11 @@ def parse_url(url: str) -> ParsedURL:
     shown = redact(url)
     scheme, sep, rest = url.partition("://")
     backend = BACKENDS.get(scheme.lower()) if sep else None
+    if not sep and url.lower().startswith("sqlite:"):
+        raise InvalidConfigError(
+            f"{shown!r} is no SQLite URL: write sqlite:///{url[7:]} (three slashes and a "
+            "relative path, as sqlite:///agent.db; four for an absolute one, as "
+            "sqlite:////var/lib/agent.db)")
     if backend is None:
         what = f"URL scheme {scheme!r}" if sep and scheme else "URL without a scheme"
         raise InvalidConfigError(f"unsupported {what} in {shown!r}: use {FORMS}")
@@ -192,7 +197,7 @@ def _sqlite(scheme: str, rest: str, shown: str) -> ParsedURL:
 def _query(query: str, shown: str) -> list[tuple[str, str, str]]:
     """`(name, value, as written)` of each query parameter; a name given twice is refused."""
     pairs = []
-    for raw in query.replace(";", "&").split("&"):
+    for raw in query.split("&"):
         if not raw:
             continue
         name, _, value = raw.partition("=")

@@ -1253,8 +1253,9 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any]):
                 r.close()
         if self._repairer is not None and self._repairer is not threading.current_thread():
             self._repairer.join(timeout=5)  # before the caller closes the stores it reads
-        if self._owned is not None:
-            self._owned.close()
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            owned.close()
 
     async def aclose(self, timeout: float | None = 30.0) -> None:
         await asyncio.to_thread(self.close, timeout)

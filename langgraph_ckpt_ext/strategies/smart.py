@@ -1029,15 +1029,17 @@ class SmartCheckpointer(BaseCheckpointSaver[Any]):
         self.flush()
         self._lifetime.closed()
         self._timer.stop()
-        if self._owned is not None:
-            self._owned.close()
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            owned.close()
 
     async def aclose(self) -> None:
         await self.aflush()
         self._lifetime.closed()
         self._timer.stop()
-        if self._owned is not None:
-            await self._owned.aclose()
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            await owned.aclose()
 
     def __enter__(self) -> SmartCheckpointer:
         return self

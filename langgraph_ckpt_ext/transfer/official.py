@@ -50,7 +50,7 @@ def open_official(url: str, *, serde: SerializerProtocol | None = None) -> Itera
 
 def _sqlite_path(url: str) -> str:
     """The file a `sqlite:///` URL (read by the one parser) or a plain path names."""
-    if not url.startswith("sqlite://"):
+    if not url.startswith("sqlite:"):
         return url
     path = parse_url(url).arguments(backend="sqlite")[0]
     if path == ":memory:":
