@@ -51,9 +51,9 @@ DAMAGED = 8
 
 ENV_URL = "LGCKPT_URL"
 URL_HELP = (
-    "the checkpoint store: sqlite:///relative.db, sqlite:////abs/path.db, "
-    "postgresql://user@host:5432/db[?schema=NAME], redis://host:6379/0[?key_prefix=NAME] "
-    f"(default: ${ENV_URL})"
+    "the checkpoint store: sqlite:///relative.db, sqlite:////abs/path.db "
+    "[?busy_timeout=S&mode=ro], postgresql://user@host:5432/db[?schema=NAME], "
+    f"redis://host:6379/0[?key_prefix=NAME] (default: ${ENV_URL})"
 )
 SERDE_HELP = (
     "the serializer the store was written with, if not the default: an object with dumps_typed "
