@@ -471,6 +471,38 @@ def test_bad_urls(tmp_path: Path) -> None:
     fails(run, 2, "--url", "LGCKPT_URL")
 
 
+def _main(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return Run(code, captured.out, captured.err)
+
+
+def test_url_forms_and_options(sqlite_store: Store, tmp_path: Path,
+                               monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI reads URLs with the one parser: a sqlite:// URL with a host is refused with the
+    right form and creates nothing (not even as a copy's target), query options are
+    SQLite's, and an unknown option is refused by name, never with the password."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    fails(_main(capsys, "threads", "--url", "sqlite://rel.db"), 5, "sqlite:///rel.db",
+          "sqlite:////")
+    fails(_main(capsys, "copy", "--url", sqlite_store.url, "--to", "sqlite://copy.db"), 5,
+          "sqlite:///copy.db")
+    fails(_main(capsys, "copy", "--url", sqlite_store.url, "--to", "sqlite:///x.db?timeout=5"),
+          5, "'timeout'", "busy_timeout")
+    assert list(work.iterdir()) == []
+    run = _main(capsys, "threads", "--json", "--url", f"{sqlite_store.url}?mode=ro&busy_timeout=2")
+    assert sorted(r["thread_id"] for r in run.json()) == [
+        "approval", "approved", "broken", "chat", "sub"]
+    port = free_port()
+    for url in (f"postgresql://postgres:s3cr%23t9x@127.0.0.1:{port}/test?key_prefix=a",
+                f"redis://:s3cr%23t9x@127.0.0.1:{port}/0?schema=a"):
+        line = fails(_main(capsys, "threads", "--json", "--url", url), 5, "is an option of")
+        assert "s3cr" not in line and "t9x" not in line and "***" in line, line
+
+
 def test_missing_threads_and_checkpoints(sqlite_store: Store) -> None:
     url = sqlite_store.url
     before = sqlite_store.snapshot()

@@ -19,10 +19,12 @@ import sys
 import threading
 import time
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import date, datetime
 from types import TracebackType
 from typing import IO, Any
+
+from ..core.urls import mask
 
 _BOLD = "\033[1m"
 _RESET = "\033[0m"
@@ -71,33 +73,6 @@ def _json_safe(match: re.Match[str]) -> str:
         return f"\\u{code:04x}"
     code -= 0x10000  # a surrogate pair, as JSON writes characters beyond the BMP
     return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-
-
-def mask(text: str, secrets: Iterable[str]) -> str:
-    """`text` with each occurrence of each secret shown as `***`; secrets that overlap (two
-    readings of one password) hidden as one run, so that no piece of either shows."""
-    spans = sorted(
-        (at, at + len(secret)) for secret in secrets if secret
-        for at in _occurrences(text, secret)
-    )
-    runs: list[list[int]] = []
-    for start, end in spans:
-        if runs and start <= runs[-1][1]:
-            runs[-1][1] = max(runs[-1][1], end)
-        else:
-            runs.append([start, end])
-    parts, pos = [], 0
-    for start, end in runs:
-        parts += [text[pos:start], "***"]
-        pos = end
-    return "".join(parts) + text[pos:]
-
-
-def _occurrences(text: str, part: str) -> Iterator[int]:
-    at = text.find(part)
-    while at >= 0:
-        yield at
-        at = text.find(part, at + 1)
 
 
 def jsonable(value: Any) -> Any:

@@ -186,6 +186,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             `langgraph_ckpt_ext.timetravel.audit`).
     """
 
+    _where = ""  # what `repr` shows of where it stores: a path, a URL without its password
+
     def __init__(
         self,
         store: Store,
@@ -978,6 +980,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     def _closing(self) -> None:
         if self._lifetime is not None:  # closed by its owner: nothing to release when dropped
             self._lifetime.closed()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._where}>" if self._where else super().__repr__()
 
     def __enter__(self: T) -> T:
         return self
