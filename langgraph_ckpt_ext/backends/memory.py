@@ -6,11 +6,13 @@ import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import replace
+from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..core.appendlog import DEFAULT_MAX_BYTES
 from ..core.codec import writes_order
+from ..core.opening import Opening
 from ..core.rows import (
     AuditSwitch,
     BlobRef,
@@ -24,6 +26,7 @@ from ..core.rows import (
 )
 from ..core.saver import StoreCheckpointer
 from ..core.store import BatchItem, GcPlanner, write_in_turn
+from ..core.urls import parse_url
 from ..migrations import SchemaChain
 
 _NsKey = tuple[str, str]  # (thread_id, checkpoint_ns)
@@ -346,6 +349,24 @@ class InMemoryCheckpointer(StoreCheckpointer):
             append_log_bytes=append_log_bytes, schema_chain=schema_chain,
             audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
         )
+
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str = "memory://", **kwargs: Any
+    ) -> Opening[InMemoryCheckpointer]:
+        """A checkpointer for `with` or `async with`, as the other backends' (`memory://`,
+        the only URL here, takes no options); its rows go when the block ends.
+
+        Example:
+            >>> with InMemoryCheckpointer.from_conn_string() as cp:  # doctest: +SKIP
+            ...     graph = builder.compile(checkpointer=cp)
+        """
+        _, kwargs = parse_url(conn_string).arguments(kwargs, backend="memory")
+
+        async def aopen() -> InMemoryCheckpointer:
+            return cls(**kwargs)
+
+        return Opening(lambda: cls(**kwargs), aopen)
 
     @property
     def store(self) -> MemoryStore:

@@ -19,6 +19,7 @@ import sys
 import traceback
 from types import ModuleType
 
+from ..core.urls import mask
 from .common import (
     ENV_URL,
     ERROR,
@@ -30,7 +31,7 @@ from .common import (
     load_serde,
     url_secrets,
 )
-from .output import Output, mask, printable
+from .output import Output, printable
 
 __all__ = ["CliError", "Output", "main"]
 

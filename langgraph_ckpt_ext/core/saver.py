@@ -195,6 +195,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             `disable_audit(reason=...)`.
     """
 
+    _where = ""  # what `repr` shows of where it stores: a path, a URL without its password
     audit_refresh: float = 1.0
     """Seconds this checkpointer trusts the store's audit setting it read last: a write finding
     an older reading reads it again (0: before every write). It is read at `setup()` too."""
@@ -324,8 +325,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         remember once they are stored."""
         md = get_serializable_checkpoint_metadata(config, metadata)
         thread_id, ns, checkpoint_id, parent_id = put_ids(config, checkpoint, md, new_versions)
-        if self.schema_chain is not None:
-            md["schema_version"] = self.schema_chain.current  # type: ignore[typeddict-unknown-key]
+        if self.schema_chain is not None:  # the stamp is the chain's: an unnamed one sets none
+            md.pop("schema_name", None)  # type: ignore[typeddict-item]
+            md.update(self.schema_chain.stamp())  # type: ignore[typeddict-item]
         checkpoint, upgraded = _store_upgraded(checkpoint, new_versions)
         header = codec.encode_header(self.serde, checkpoint)
         blobs, plans = codec.encode_blobs(
@@ -579,10 +581,13 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         Channels whose value the upgrade changed or added get a fresh version marked as not
         stored (`upgraded_version`): the next `put` of a checkpoint that still holds them
         stores them, so a thread resumed from here keeps its upgraded values."""
+        from ..migrations import compare, stored_schema_name
+
+        if not chain.owns(stored_schema_name(tup.metadata, tup.checkpoint["id"])):
+            return tup  # another chain's: its versions mean nothing to this one
         stored = stored_schema_version(tup.metadata, chain, tup.checkpoint["id"])
         if not chain.needs(stored):
             return tup
-        from ..migrations import compare
 
         old = tup.checkpoint["channel_values"]
         values = chain.upgrade(old, stored)
@@ -898,18 +903,30 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         dry_run: bool = False,
         progress: Callable[[MigrationProgress], None] | None = None,
         concurrency: int = 4,
+        include_unstamped: bool = False,
     ) -> MigrationReport:
         """Rewrite stored checkpoints older than `schema_chain.current` (of every thread, or of
         `thread_ids`) to the current version: values, channel versions and pending writes.
+
+        Only the chain's own threads are rewritten: those whose newest checkpoint with a chain
+        name carries `schema_chain.name`. `include_unstamped=True` adds the threads with no
+        name at all (written with no chain, or before chains had names), which are then
+        stamped with the name; an unnamed chain needs it. A thread of another chain's name is
+        never touched. Skipped threads are counted and listed in the report.
 
         Each checkpoint is rewritten and logged in one atomic step, at most once per version,
         so a run that was interrupted finishes the job when started again; a second run finds
         nothing to do. `dry_run` reports what would change without writing. `progress` is
         called after each thread with a `MigrationProgress`.
+
+        Raises:
+            InvalidConfigError: no `schema_chain`, or an unnamed one without
+                `include_unstamped=True`.
         """
         return self._sync(
             self.amigrate_threads(
-                thread_ids, dry_run=dry_run, progress=progress, concurrency=concurrency
+                thread_ids, dry_run=dry_run, progress=progress, concurrency=concurrency,
+                include_unstamped=include_unstamped,
             )
         )
 
@@ -920,6 +937,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         dry_run: bool = False,
         progress: Callable[[MigrationProgress], None] | None = None,
         concurrency: int = 4,
+        include_unstamped: bool = False,
     ) -> MigrationReport:
         from ..migrations.runner import migrate_threads
 
@@ -935,6 +953,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         return await migrate_threads(
             self, self.schema_chain, thread_ids,
             dry_run=dry_run, progress=progress, concurrency=concurrency,
+            include_unstamped=include_unstamped,
         )
 
     def migration_log(self, thread_id: str | None = None) -> builtins.list[MigrationEntry]:
@@ -1068,6 +1087,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     def _closing(self) -> None:
         if self._lifetime is not None:  # closed by its owner: nothing to release when dropped
             self._lifetime.closed()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._where}>" if self._where else super().__repr__()
 
     def __enter__(self: T) -> T:
         return self

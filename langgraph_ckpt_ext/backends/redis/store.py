@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import heapq
+import logging
 import math
+import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
@@ -37,6 +39,7 @@ from . import scripts
 from .layout import LAYOUT_VERSION, check_parts, thread_keys
 
 Client = Any  # redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
+_log = logging.getLogger(__name__)
 
 _PAGE = 64
 _FIRST = 8  # rows read from each thread before a listing across threads starts merging
@@ -54,6 +57,7 @@ class _Desc:
         return self.key > other.key
 _ATTEMPTS = 3
 _SWEEP_EVERY = 512  # writes between two steps of the thread-index sweep
+_SWEEP_STEP = 100  # index entries of each kind checked by one step
 _SEEN = 65536  # threads and runs this process remembers having indexed
 _LOST = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 CONNECT_TIMEOUT = 5.0  # seconds, unless client_options say otherwise
@@ -216,6 +220,10 @@ class RedisStore:
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._writes_since_sweep = 0
         self._runs_cursor = b"-"
+        # The step of the sweep running in the background, and the loop it runs on; the lock
+        # keeps two loops (a caller's, the sync bridge's) from starting one each.
+        self._sweeping: tuple[asyncio.AbstractEventLoop, asyncio.Task[None]] | None = None
+        self._sweep_lock = threading.Lock()
 
     # -- connections --------------------------------------------------------------------------
 
@@ -307,11 +315,40 @@ class RedisStore:
                 await self._command("ZADD", self._runs_key, 0, f"{run}\0{thread_id}")
 
     async def _after_write(self, n: int = 1) -> None:
-        """Count `n` writes; every `_SWEEP_EVERY` writes, a step of the index sweep."""
-        self._writes_since_sweep += n
-        if self._writes_since_sweep >= _SWEEP_EVERY:
+        """Count `n` writes; every `_SWEEP_EVERY` writes, start a step of the index sweep in the
+        background, on this loop: the write returns without waiting for its round trips."""
+        with self._sweep_lock:
+            self._writes_since_sweep += n
+            if self._writes_since_sweep < _SWEEP_EVERY or self._sweep_running():
+                return
             self._writes_since_sweep = 0
-            await self.sweep(100)
+            loop = asyncio.get_running_loop()
+            self._sweeping = loop, loop.create_task(self._background_sweep())
+
+    def _sweep_running(self) -> bool:
+        if self._sweeping is None:
+            return False
+        loop, task = self._sweeping
+        return not task.done() and not loop.is_closed()
+
+    async def _background_sweep(self) -> None:
+        try:
+            await self.sweep(_SWEEP_STEP)
+        except Exception as exc:  # the entries are hints: the next step checks them again
+            _log.debug("index sweep step failed: %r", exc)
+
+    async def _stop_sweep(self) -> None:
+        """Cancel the sweep's step in progress (waited for if it runs on this loop)."""
+        with self._sweep_lock:
+            sweeping, self._sweeping = self._sweeping, None
+        if sweeping is None or sweeping[1].done():
+            return
+        loop, task = sweeping
+        if loop is asyncio.get_running_loop():
+            task.cancel()
+            await asyncio.wait([task])
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(task.cancel)
 
     async def sweep(self, limit: int | None = None) -> int:
         """Check index entries: threads whose deadline hint has passed, and the next `limit`
@@ -739,7 +776,9 @@ class RedisStore:
         return out
 
     async def close(self) -> None:
-        """Close the clients this store opened (a client passed in stays the caller's)."""
+        """Stop the index sweep's step in progress; close the clients this store opened (a
+        client passed in stays the caller's)."""
+        await self._stop_sweep()
         await self._clients.close()
 
 
