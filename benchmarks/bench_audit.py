@@ -1,6 +1,7 @@
 """Benchmark: what the audit trail (`audit=True`) costs a put, and what `verify` costs.
 
-Per backend, two checkpointers over the same fresh storage, one with audit off and one on:
+Per backend, two checkpointers, one with audit off and one on, each over fresh storage of its
+own (auditing is a setting of the store: one audited storage would make both seal):
 
 1. Graph turns: a compiled chat graph (START -> agent -> END, messages growing by two per turn,
    three checkpoints per turn), `ainvoke` on one thread per checkpointer, continued across
@@ -107,11 +108,13 @@ async def best_rate(
 
 async def run(backend: str, args: argparse.Namespace) -> dict[str, float]:
     tmp = tempfile.TemporaryDirectory()
-    place = (str(Path(tmp.name) / "bench.db") if backend == "sqlite"
-             else f"lgxaudit_{uuid.uuid4().hex[:8]}")
+    places = [str(Path(tmp.name) / f"bench-{name}.db") if backend == "sqlite"
+              else f"lgxaudit_{uuid.uuid4().hex[:8]}" for name in ("off", "on")]
+    place = places[1]  # the audited one
     savers: list[StoreCheckpointer] = []
     try:
-        off, on = (open_saver(backend, place, args, audit=audit) for audit in (False, True))
+        off, on = (open_saver(backend, p, args, audit=audit)
+                   for p, audit in zip(places, (False, True), strict=True))
         savers += [off, on]
         res: dict[str, float] = {}
 
@@ -155,7 +158,8 @@ async def run(backend: str, args: argparse.Namespace) -> dict[str, float]:
     finally:
         for s in savers:
             await s.aclose()
-        await drop(backend, place, args)
+        for p in places:
+            await drop(backend, p, args)
         tmp.cleanup()
 
 

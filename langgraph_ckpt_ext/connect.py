@@ -3,72 +3,53 @@
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from .core.errors import InvalidConfigError
 from .core.saver import StoreCheckpointer
-
-# The option each scheme takes from the URL's query (the driver would refuse it).
-_URL_OPTIONS = {"postgres": "schema", "postgresql": "schema", "redis": "key_prefix",
-                "rediss": "key_prefix"}
+from .core.urls import parse_url
 
 
 def connect(url: str, **options: Any) -> StoreCheckpointer:
     """A ready checkpointer for `url`.
 
     `memory://` gives an `InMemoryCheckpointer`; `sqlite:///relative.db`,
-    `sqlite:////absolute/path.db` and `sqlite://:memory:` a `SQLiteCheckpointer`;
+    `sqlite:////absolute/path.db` and `sqlite://` (in memory) a `SQLiteCheckpointer`;
     `postgresql://...` a `PostgresCheckpointer`; `redis://...` (or `rediss://`) a
     `RedisCheckpointer`, standalone or Cluster.
 
-    The URL may name where the rows live on a shared server: `postgresql://...?schema=NAME`
-    (the PostgreSQL schema, as `schema=`) and `redis://...?key_prefix=NAME` (as
-    `key_prefix=`); every other query parameter goes to the driver. Keyword options go to the
-    checkpointer's constructor (one given both ways is refused).
+    Query options (each also a keyword option of the checkpointer; one given both ways is
+    refused):
+
+    - SQLite: `busy_timeout` (seconds), `synchronous` (`OFF`, `NORMAL`, `FULL`, `EXTRA`),
+      `mode` (`ro`: read-only, nothing created or written; `rw`: the file must exist).
+    - PostgreSQL: `schema` (where the tables live), `min_size` and `max_size` (the pool);
+      every other parameter goes to asyncpg (`sslmode`, `target_session_attrs`, ...; one it
+      does not know becomes a server setting, e.g. `application_name`).
+    - Redis: `key_prefix`, `ttl` (seconds); every other parameter must be one redis-py takes
+      (`socket_timeout`, `health_check_interval`, ...).
+
+    Raises `InvalidConfigError` (the URL shown without its password) for a URL of another
+    form, a `sqlite://host/...` URL (it names the right form), or an unknown option (by
+    name), before anything is opened or created.
 
     Example:
-        >>> cp = connect("sqlite:///agent.db")  # doctest: +SKIP
+        >>> cp = connect("sqlite:///agent.db?busy_timeout=5")  # doctest: +SKIP
         >>> cp = connect("postgresql://app@db/agents?schema=tenant_a")  # doctest: +SKIP
     """
-    scheme = urlsplit(url).scheme
-    if scheme in _URL_OPTIONS:
-        url, options = _take_option(url, _URL_OPTIONS[scheme], options)
-    if scheme == "memory":
+    parsed = parse_url(url)
+    conn, kwargs = parsed.arguments(options)
+    if parsed.backend == "memory":
         from .backends.memory import InMemoryCheckpointer
 
-        return InMemoryCheckpointer(**options)
-    if scheme == "sqlite":
+        return InMemoryCheckpointer(**kwargs)
+    if parsed.backend == "sqlite":
         from .backends.sqlite import SQLiteCheckpointer
 
-        return SQLiteCheckpointer(sqlite_path(url), **options)
-    if scheme in ("postgres", "postgresql"):
+        return SQLiteCheckpointer(conn, **kwargs)
+    if parsed.backend == "postgres":
         from .backends.postgres import PostgresCheckpointer
 
-        return PostgresCheckpointer(url, **options)
-    if scheme in ("redis", "rediss"):
-        from .backends.redis import RedisCheckpointer
+        return PostgresCheckpointer(conn, **kwargs)
+    from .backends.redis import RedisCheckpointer
 
-        return RedisCheckpointer(url, **options)
-    raise ValueError(
-        f"unsupported checkpointer URL {url!r}: use memory://, sqlite:///path.db, "
-        "postgresql://... or redis://..."
-    )
+    return RedisCheckpointer(conn, **kwargs)
 
-
-def sqlite_path(url: str) -> str:
-    """The file a `sqlite://` URL names (`":memory:"` for `sqlite://` and `sqlite://:memory:`)."""
-    rest = url[len("sqlite://") :]
-    return ":memory:" if rest in ("", "/", ":memory:", "/:memory:") else unquote(rest[1:])
-
-
-def _take_option(url: str, name: str, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """`url` without the query parameter `name`, and `options` with its value added."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    values = [v for k, v in query if k == name]
-    if not values:
-        return url, options
-    if len(values) > 1 or name in options:
-        raise InvalidConfigError(f"{name} is given twice (in the URL and as an option): keep one")
-    rest = urlencode([(k, v) for k, v in query if k != name])
-    return urlunsplit(parts._replace(query=rest)), {**options, name: values[0]}

@@ -11,15 +11,16 @@ than being added twice), `{"working_memory": wm}` replaces the previous one.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import Annotated, Any, Literal, TypedDict
 
 from langchain_core.messages import AnyMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.graph.message import add_messages
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer
 
 Status = Literal["running", "paused", "completed", "failed", "awaiting_human"]
 SHORT_TERM_LIMIT = 50
@@ -147,8 +148,38 @@ class AgentState(TypedDict, total=False):
     schema_version: Annotated[int, latest]
 
 
+def _read_only(value: Any) -> Any:
+    """`value` with its dicts as read-only mappings and its lists as tuples, all the way down."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _read_only(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(_read_only(v) for v in value)
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """What `_read_only` froze, as dicts and lists again (for `model_dump`)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+ReadOnlyMetadata = Annotated[
+    Mapping[str, Any], AfterValidator(_read_only), PlainSerializer(_plain)
+]
+
+
 class AgentSnapshot(BaseModel):
-    """A thread's `AgentState` read back, typed, with where and when it was checkpointed."""
+    """A thread's `AgentState` read back, typed, with where and when it was checkpointed.
+
+    `schema_version` is the state-schema version the checkpoint's metadata carries (stamped by
+    a checkpointer with a `SchemaChain`, and the version the state is read at); without one,
+    the state's own `schema_version`, else 1. `checkpointer_metadata` is the checkpoint's
+    metadata (`source`, `step`, `parents`, `schema_version`, `schema_name`, what the run's
+    config added), read-only: the field cannot be reassigned, its mappings not changed.
+    """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -173,6 +204,9 @@ class AgentSnapshot(BaseModel):
     checkpoint_id: str
     last_checkpoint: datetime
     """When the checkpoint read was written (the checkpoint's `ts`, UTC)."""
+    checkpointer_metadata: ReadOnlyMetadata = Field(
+        default_factory=lambda: MappingProxyType({}), frozen=True
+    )
 
 
 def _snapshot(tup: CheckpointTuple | None) -> AgentSnapshot | None:
@@ -183,7 +217,11 @@ def _snapshot(tup: CheckpointTuple | None) -> AgentSnapshot | None:
     when = datetime.fromisoformat(str(ckpt["ts"]))
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
-    return AgentSnapshot(**fields, checkpoint_id=str(ckpt["id"]), last_checkpoint=when)
+    version = (tup.metadata or {}).get("schema_version")
+    if isinstance(version, int) and not isinstance(version, bool):
+        fields["schema_version"] = version  # the version the values were stored or read at
+    return AgentSnapshot(**fields, checkpoint_id=str(ckpt["id"]), last_checkpoint=when,
+                         checkpointer_metadata=tup.metadata or {})
 
 
 def load_agent_state(

@@ -65,7 +65,10 @@ def v2_to_v3(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-CHAIN = SchemaChain(current=3, upcasters={1: v1_to_v2, 2: v2_to_v3})
+CHAIN = SchemaChain(current=3, upcasters={1: v1_to_v2, 2: v2_to_v3}, name="echo")
+UNNAMED_CHAIN = SchemaChain(current=3, upcasters={1: v1_to_v2, 2: v2_to_v3})
+"""The same chain before chains had names: it upgrades on read, and migrates only when told to
+include the threads stamped with no name."""
 
 
 # -- the graphs --------------------------------------------------------------------------------

@@ -177,7 +177,46 @@ def test_agent_state_under_a_schema_chain(saver: Any) -> None:
         after = load_agent_state(saver, config)
         assert after is not None and after.schema_version == 2 and after.goal == "Help"
         assert after.iterations == 4 and len(after.tool_call_history) == 2
-        assert saver.migrate_threads().threads_migrated == 1
+        assert saver.migrate_threads(include_unstamped=True).threads_migrated == 1
         assert load_agent_state(saver, config) == after
+    finally:
+        saver.schema_chain = None
+
+
+def test_snapshot_schema_version_and_metadata_follow_the_checkpoint(saver: Any) -> None:
+    """A graph that never writes `schema_version` itself: the snapshot takes the version from
+    the checkpoint's metadata (read-time upgrade, then eager migration to v3), and carries that
+    metadata, read-only."""
+    from langgraph_ckpt_ext import SchemaChain
+
+    graph = build(saver)
+    config = {"configurable": {"thread_id": "agent-meta"}}
+    graph.invoke({"goal": "help", "messages": [HumanMessage(content="q1", id="h-1")]}, config)
+    plain = load_agent_state(saver, config)
+    assert plain is not None and plain.schema_version == 1  # never stamped: version 1
+    assert plain.checkpointer_metadata["source"] == "loop"
+
+    def same(values: dict[str, Any]) -> dict[str, Any]:
+        return values
+
+    saver.schema_chain = SchemaChain(current=3, upcasters={1: same, 2: same}, name="agent")
+    try:
+        lazy = load_agent_state(saver, config)
+        assert lazy is not None and lazy.checkpointer_metadata["schema_version"] == 3
+        assert lazy.schema_version == 3
+        saver.migrate_threads(include_unstamped=True)
+        snap = load_agent_state(saver, config)
+        tup = saver.get_tuple(config)
+        assert snap is not None and tup is not None
+        assert snap.schema_version == tup.metadata["schema_version"] == 3
+        assert dict(snap.checkpointer_metadata) == tup.metadata
+        assert snap.checkpointer_metadata["schema_name"] == "agent"
+        with pytest.raises(TypeError):
+            snap.checkpointer_metadata["schema_version"] = 4  # type: ignore[index]
+        with pytest.raises(ValueError, match="frozen"):
+            snap.checkpointer_metadata = {}
+        with pytest.raises(TypeError):
+            snap.checkpointer_metadata["parents"]["x"] = "y"  # type: ignore[index]
+        assert snap.model_dump()["checkpointer_metadata"]["schema_version"] == 3
     finally:
         saver.schema_chain = None

@@ -4,6 +4,7 @@ checkpoint; two checkpointers taking turns on one thread; a schema chain; audit 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from langgraph.types import Command
 
-from langgraph_ckpt_ext.core.errors import ThreadNotFoundError
+from langgraph_ckpt_ext.core.errors import InvalidConfigError, ThreadNotFoundError
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.core.versions import version_key
 from langgraph_ckpt_ext.timetravel.audit import (
@@ -41,7 +42,9 @@ def reopen(backend: str, cp: StoreCheckpointer, tmp_path: Path, **kw: Any) -> St
     """A checkpointer that knows nothing of what `cp` wrote, over the same storage (for
     in-process storage: `cp` itself with its caches dropped)."""
     if backend not in PERSISTENT:
-        cp._auditor = Auditor(cp._store) if kw.get("audit", True) else None
+        cp._auditor = Auditor(cp._store)
+        if kw.get("audit", True):
+            cp.enable_audit()
         cp._log.forget()
         cp.schema_chain = kw.get("schema_chain")
         return cp
@@ -229,6 +232,123 @@ def test_audit_off_is_reported_unhashed(backend: str, tmp_path: Path) -> None:
         cleanup(backend, cp)
 
 
+# -- auditing is a property of the store --------------------------------------------------------
+
+
+def _chat_turn(cp: StoreCheckpointer, thread: str, text: str) -> None:
+    chat_graph().compile(checkpointer=cp).invoke({"messages": [human(text)]}, conf(thread))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis", "redis-cluster"])
+def test_audit_is_a_property_of_the_store(backend: str, tmp_path: Path) -> None:
+    """audit=True on one checkpointer turns auditing on for the store: one opened after it
+    without the flag, and one opened before it (which reads the setting again before a write,
+    `audit_refresh` 0 here), seal what they write; verify passes."""
+    early = make_saver(backend, tmp_path)  # opened while the store was not audited
+    early.audit_refresh = 0
+    on = reopen(backend, early, tmp_path, audit=True)
+    plain = reopen(backend, early, tmp_path)
+    try:
+        for i, cp in enumerate((plain, early, on, plain, early)):
+            _chat_turn(cp, "shared", f"turn {i}")
+        run_graphs(plain, "p-")
+        for thread in ("shared", "p-chat", "p-approval", "p-fan", "p-sub"):
+            assert_clean(verify_fresh(backend, early, tmp_path, thread), 3)
+        status = plain.audit_status()
+        assert status.enabled and [s.enabled for s in status.log] == [True]
+        assert "audit=True" in status.log[0].reason and status.turned_off == []
+    finally:
+        for cp in (plain, on, early):
+            cp.close()
+        cleanup(backend, early)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"])
+def test_audit_false_does_not_turn_it_off(backend: str, tmp_path: Path) -> None:
+    """A checkpointer opened with audit=False on an audited store still seals: only
+    `disable_audit` turns auditing off."""
+    on = make_saver(backend, tmp_path, audit=True)
+    off = reopen(backend, on, tmp_path, audit=False)
+    try:
+        for i in range(2):
+            _chat_turn(off, "t", f"hi {i}")
+        assert_clean(verify_fresh(backend, on, tmp_path, "t"), 6)
+        off.copy_thread("t", "t-copy")  # a copy by it is sealed again too
+        assert_clean(verify_fresh(backend, on, tmp_path, "t-copy"), 6)
+        status = off.audit_status()
+        assert status.enabled and len(status.log) == 1
+    finally:
+        off.close()
+        on.close()
+        cleanup(backend, on)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"])
+def test_smart_checkpointer_over_an_audited_store(backend: str, tmp_path: Path) -> None:
+    """A SmartCheckpointer whose inner checkpointer was opened without audit=True, on an
+    audited store: its flushed batches are sealed, and verify passes."""
+    from langgraph_ckpt_ext import SmartCheckpointer
+
+    on = make_saver(backend, tmp_path, audit=True)
+    inner = reopen(backend, on, tmp_path)
+    try:
+        with SmartCheckpointer(inner) as smart:
+            for i in range(3):
+                _chat_turn(smart, "smart", f"hi {i}")  # type: ignore[arg-type]
+            run_graphs(smart, "s-")  # type: ignore[arg-type]
+        for thread in ("smart", "s-chat", "s-approval", "s-fan", "s-sub"):
+            assert_clean(verify_fresh(backend, on, tmp_path, thread))
+    finally:
+        inner.close()
+        on.close()
+        cleanup(backend, on)
+
+
+def test_turning_audit_off_is_explicit_logged_and_recorded(
+    backend: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`disable_audit` needs a reason, logs a warning and records when and why in the store;
+    checkpoints stored while off are reported unhashed with that reason, those before and
+    after (once turned on again) verify."""
+    cp = make_saver(backend, tmp_path, audit=True)
+    try:
+        _chat_turn(cp, "t", "sealed")
+        sealed = {t.checkpoint["id"] for t in cp.list(conf("t"))}
+        for reason in ("", "  ", None):
+            with pytest.raises(InvalidConfigError, match="disable_audit needs a reason"):
+                cp.disable_audit(reason=reason)  # type: ignore[arg-type]
+        assert cp.audit_status().enabled
+        with caplog.at_level(logging.WARNING, logger="langgraph_ckpt_ext.audit"):
+            status = cp.disable_audit(reason="bulk load, ticket 42")
+        assert any("turned off" in r.getMessage() and "ticket 42" in r.getMessage()
+                   for r in caplog.records if r.levelno == logging.WARNING)
+        assert not status.enabled and [s.enabled for s in status.log] == [True, False]
+        assert status.turned_off == status.log[-1:]
+        assert status.log[-1].reason == "bulk load, ticket 42"
+        assert len(cp.disable_audit(reason="again").log) == 2  # off already: nothing new
+        _chat_turn(cp, "t", "unsealed")
+        unsealed = {t.checkpoint["id"] for t in cp.list(conf("t"))} - sealed
+        fresh = reopen(backend, cp, tmp_path, audit=False)  # stays off
+        try:
+            report = fresh.verify("t")
+            assert not fresh.audit_status().enabled
+        finally:
+            if fresh is not cp:
+                fresh.close()
+        assert {p.checkpoint_id for p in report.problems} == unsealed
+        assert {p.kind for p in report.problems} == {UNHASHED}
+        assert report.first is not None and "turned off" in report.first.detail
+        assert "ticket 42" in report.first.detail and "turned off at" in str(report)
+        assert cp.enable_audit(reason="load done").enabled
+        _chat_turn(cp, "t", "sealed again")
+        again = verify_fresh(backend, cp, tmp_path, "t")
+        assert {p.checkpoint_id for p in again.problems} == unsealed
+        assert [s.reason for s in again.switches][1:] == ["bulk load, ticket 42", "load done"]
+    finally:
+        cp.close()
+        cleanup(backend, cp)
+
+
 def test_unknown_thread_is_a_clear_error(audited: StoreCheckpointer) -> None:
     with pytest.raises(ThreadNotFoundError, match="'nobody' has no stored checkpoint") as info:
         audited.verify("nobody")
@@ -381,7 +501,8 @@ class Raw:
 
 def test_delta_channels_prune_and_copy(audited: StoreCheckpointer, backend: str, tmp_path: Path) -> None:
     """LangGraph's DeltaChannel (values left out of most puts, rebuilt from writes) verifies
-    clean; pruning and copying break the chain where documented."""
+    clean; a copy in an audited store is sealed again under its own thread id; pruning breaks
+    the chain where documented."""
     from .test_core import _delta_graph
 
     graph = _delta_graph().compile(checkpointer=audited)
@@ -389,8 +510,9 @@ def test_delta_channels_prune_and_copy(audited: StoreCheckpointer, backend: str,
         graph.invoke({"events": ["in"]}, conf("dc"))
     assert_clean(verify_fresh(backend, audited, tmp_path, "dc"), 27)
     audited.copy_thread("dc", "dc-copy")
-    copied = audited.verify("dc-copy")
-    assert copied.first is not None and copied.first.kind == ALTERED  # bound to its thread id
+    assert_clean(verify_fresh(backend, audited, tmp_path, "dc-copy"), 27)
+    graph.invoke({"events": ["more"]}, conf("dc-copy"))  # the copy's chain goes on
+    assert_clean(verify_fresh(backend, audited, tmp_path, "dc-copy"), 30)
     audited.prune(["dc"], strategy="keep_latest")
     kept = sorted(t.checkpoint["id"] for t in audited.list(conf("dc")))
     pruned = verify_fresh(backend, audited, tmp_path, "dc")
@@ -401,7 +523,8 @@ def test_delta_channels_prune_and_copy(audited: StoreCheckpointer, backend: str,
 
 def test_fork_of_an_audited_thread(audited: StoreCheckpointer, backend: str, tmp_path: Path) -> None:
     """A fork copies a chain through `put` (the source's audit records are not carried over):
-    it verifies clean with audit on, and as unhashed with audit off."""
+    it verifies clean, also when made by a checkpointer opened with audit=False (the store is
+    audited: that flag turns nothing off)."""
     from langgraph_ckpt_ext.timetravel import fork
 
     chat = chat_graph().compile(checkpointer=audited)
@@ -414,8 +537,8 @@ def test_fork_of_an_audited_thread(audited: StoreCheckpointer, backend: str, tmp
     plain = reopen(backend, audited, tmp_path, audit=False)
     try:
         fork(plain, conf("src", middle), "forked-plain")
-        report = plain.verify("forked-plain")
-        assert {p.kind for p in report.problems} == {UNHASHED}
+        assert_clean(plain.verify("forked-plain"), 5)
+        assert plain.audit_status().enabled
     finally:
         if plain is not audited:
             plain.close()

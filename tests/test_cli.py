@@ -28,6 +28,7 @@ from langgraph_ckpt_ext.cli import build_parser, main
 from langgraph_ckpt_ext.cli.inspect import checkpoint_ref
 from langgraph_ckpt_ext.cli.output import Output, cell
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
+from langgraph_ckpt_ext.migrations import SchemaChain
 
 from .conftest import PG_DSN, REDIS_URL, cleanup, conf, make_saver, reopen_saver
 from .graphs import approval_graph, chat_graph, human, subgraph_graph
@@ -239,13 +240,46 @@ def test_text_output(sqlite_store: Store) -> None:
 
     text = lgckpt("diff", f"chat:{ids[3]}", "chat", url=url).out.splitlines()
     assert text[:2] == [f"--- chat@{ids[3]}", f"+++ chat@{ids[0]}"]
-    assert text[2].startswith("+ messages[id=") and "HumanMessage 'hello 1'" in text[2]
+    assert text[2].startswith("+ messages[id=") and 'HumanMessage "hello 1"' in text[2]
     assert text[-1].split() == ["~", "turns:", "1", "->", "2", "(+1)"]
 
     lines = lgckpt("stats", "chat", url=url).out.splitlines()
     assert lines[0].split() == ["CHECKPOINT", "NS", "KIND", "CHANNEL", "ROWS", "BYTES"]
     assert lines[1].split()[:4] == ["-", "checkpoint", "-", "6"]
     assert lines[-1].startswith("total: ") and " KiB in " in lines[-1]
+
+
+def test_one_checkpoint_reference_everywhere(store: Store) -> None:
+    """THREAD:CHECKPOINT and THREAD CHECKPOINT name a checkpoint in show, history, diff and fork
+    alike; a thread id holding ':' is read whole unless what follows the last ':' is a
+    checkpoint stored in the thread before it; `THREAD:` is the thread's newest."""
+    url = store.url
+    with store.open() as cp:
+        ids = [e.checkpoint_id for e in cp.history("chat")]
+        cp.copy_thread("chat", "user:42")
+        cp.copy_thread("chat", f"odd:{ids[1]}")  # looks like THREAD:CHECKPOINT, is a thread
+    for ref in ([f"chat:{ids[2]}"], ["chat", ids[2]], [f"user:42:{ids[2]}"],
+                ["user:42", ids[2]]):
+        shown = lgckpt("show", *ref, "--json", url=url).json()
+        assert (shown["thread_id"], shown["checkpoint_id"]) == (ref[0].split(":" + ids[2])[0],
+                                                                ids[2]), ref
+    for ref, thread in (("user:42", "user:42"), ("user:42:", "user:42"),
+                        (f"odd:{ids[1]}", f"odd:{ids[1]}"), (f"odd:{ids[1]}:", f"odd:{ids[1]}")):
+        shown = lgckpt("show", ref, "--json", url=url).json()
+        assert (shown["thread_id"], shown["checkpoint_id"]) == (thread, ids[0]), ref
+    listed = lgckpt("history", f"chat:{ids[2]}", "--limit", "2", "--json", url=url).json()
+    assert listed == lgckpt("history", "chat", "--json", url=url).json()[2:4]
+    fails(lgckpt("history", f"chat:{ids[2]}", "--before", ids[3], url=url), 2, "--before")
+    diff = lgckpt("diff", f"chat:{ids[3]}", f"user:42:{ids[0]}", "--json", url=url).json()
+    assert diff["labels"] == [f"chat@{ids[3]}", f"user:42@{ids[0]}"]
+    forked = lgckpt("fork", f"chat:{ids[2]}", "--to", "chat-2", "--json", url=url).json()
+    assert (forked["source_thread_id"], forked["checkpoint_id"]) == ("chat", ids[2])
+    absent = "1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21"
+    fails(lgckpt("show", f"chat:{absent}", url=url), 3, f"{absent!r} is not stored")
+    # values read as JSON-like text, not Python reprs
+    text = lgckpt("show", "approval", url=url).out
+    assert '{"question": "approve deploy?"}' in text and "{'question'" not in text
+    assert '["proposed deploy"]' in text and "['proposed" not in text
 
 
 # -- writing ---------------------------------------------------------------------------------------
@@ -297,28 +331,51 @@ def test_migrate(backend: str, tmp_path: Path) -> None:
 
 
 def _migrate(s: Store) -> None:
-    with s.open() as cp:  # threads of the v1 state schema, written with no chain
+    with s.open() as cp:  # v1 threads: two of the echo graph, one of billing, one unstamped
         graph = graph_v1().compile(checkpointer=cp)
-        for thread in ("m1", "m2"):
+        for thread, name in (("m1", "echo"), ("m2", "echo"), ("b1", "billing"), ("u1", None)):
+            cp.schema_chain = None if name is None else SchemaChain(1, name=name)
             graph.invoke({"messages": [v1_message("human", "hi")], "objective": "o"},
                          conf(thread))
     before = s.snapshot()
     chain = ["--chain", "tests.schema_graphs:CHAIN", "--path", str(REPO)]
     dry = lgckpt("migrate", *chain, "--dry-run", "--json", url=s.url).json()
     assert dry["dry_run"] and dry["threads_migrated"] == 2 and dry["checkpoints_migrated"] == 6
+    assert dry["threads"] == ["m1", "m2"] and dry["chain_name"] == "echo"
+    assert (dry["threads_skipped_other"], dry["threads_skipped_unstamped"]) == (1, 1)
+    assert sorted((x["thread_id"], x["reason"], x["schema_name"]) for x in dry["skipped"]) == [
+        ("b1", "other chain", "billing"), ("u1", "unstamped", None)]
+    text = lgckpt("migrate", *chain, "--dry-run", url=s.url).out
+    assert text.startswith("would migrate 6 checkpoint(s) of 2 thread(s) to schema version 3 "
+                           "of chain 'echo'")
+    assert "  threads: m1, m2\n" in text
+    assert "skipped 1 thread(s) of other chains: b1 ('billing')" in text
+    assert "skipped 1 unstamped thread(s)" in text and "--include-unstamped" in text
     assert s.snapshot() == before
-    text = lgckpt("migrate", *chain, "m1", url=s.url).out
+    text = lgckpt("migrate", *chain, "m1", "b1", url=s.url).out
     assert text.startswith("migrated 3 checkpoint(s) of 1 thread(s) to schema version 3")
+    assert "b1 ('billing')" in text
     again = lgckpt("migrate", *chain, "--json", url=s.url).json()
     assert (again["checkpoints_migrated"], again["checkpoints_current"]) == (3, 3)
+    assert again["threads"] == ["m2"]
+    unstamped = lgckpt("migrate", *chain, "--include-unstamped", "--json", url=s.url).json()
+    assert unstamped["threads"] == ["u1"] and unstamped["threads_skipped_other"] == 1
     with s.open() as cp:  # stored values rewritten: read with no chain at all
-        for thread in ("m1", "m2"):
+        for thread in ("m1", "m2", "u1"):
             values = cp.get_tuple(conf(thread))
             assert values is not None and values.metadata["schema_version"] == 3
+            assert values.metadata["schema_name"] == "echo"
             assert values.checkpoint["channel_values"]["goal"] == "o"
+        other = cp.get_tuple(conf("b1"))  # another graph's thread: as it was written
+        assert other is not None and other.metadata["schema_version"] == 1
+        assert "priority" not in other.checkpoint["channel_values"]
+        assert other.checkpoint["channel_values"]["objective"] == "o"
     assert [c for c, _ in s.snapshot().values()] == [c for c, _ in before.values()]
+    assert s.snapshot()["b1"] == before["b1"]
     fails(lgckpt("migrate", "--chain", "tests.schema_graphs:graph_v1", "--path", str(REPO),
                  url=s.url), 2, "not a SchemaChain")
+    fails(lgckpt("migrate", "--chain", "tests.schema_graphs:UNNAMED_CHAIN", "--path", str(REPO),
+                 url=s.url), 2, "has no name", "--include-unstamped")
 
 
 def tamper(s: Store, thread: str, channel: str, data: bytes) -> None:
@@ -385,6 +442,38 @@ def _verify_tampered(s: Store) -> None:
     assert fails(Run(6, "", run.err), 6, "verification failed for 1 of 2", "'chat'")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fork_into_an_audited_store_verifies(backend: str, tmp_path: Path) -> None:
+    """`lgckpt fork` into an audited store seals the fork, so `verify --all` passes; `lgckpt
+    audit status|on|off`: off needs --reason, warns, is recorded and reported by verify."""
+    s = new_store(backend, tmp_path, audit=True)
+    try:
+        with s.open(audit=True) as cp:
+            write_threads(cp)
+        assert lgckpt("fork", "chat", "--to", "chat-fork", url=s.url).code == 0
+        run = lgckpt("verify", "--all", url=s.url)
+        assert run.code == 0 and run.err == "", run
+        assert {line.split()[0]: line.split()[-1] for line in run.out.splitlines()[1:]}[
+            "chat-fork"] == "intact"
+        status = lgckpt("audit", "status", "--json", url=s.url).json()
+        assert status["enabled"] and [e["enabled"] for e in status["log"]] == [True]
+        fails(lgckpt("audit", "off", url=s.url), 2, "--reason")
+        run = lgckpt("audit", "off", "--reason", "maintenance window", url=s.url)
+        assert run.code == 0 and run.out.startswith("audit: off"), run
+        assert "lgckpt: warning: audit trail turned off" in run.err and "maintenance" in run.err
+        log = lgckpt("audit", "status", "--json", url=s.url).json()["log"]
+        assert [(e["enabled"], e["reason"]) for e in log][1:] == [(False, "maintenance window")]
+        assert lgckpt("fork", "chat", "--to", "chat-late", url=s.url).code == 0
+        run = lgckpt("verify", "chat-late", url=s.url)
+        assert run.code == 6 and "turned off" in run.err and "maintenance window" in run.err
+        run = lgckpt("audit", "on", url=s.url)
+        assert run.code == 0 and run.out.startswith("audit: on") and run.err == "", run
+        assert lgckpt("fork", "chat", "--to", "chat-again", url=s.url).code == 0
+        assert lgckpt("verify", "chat-fork", "chat-again", url=s.url).code == 0
+    finally:
+        cleanup(s.backend, s.writer)
+
+
 # -- bad input -------------------------------------------------------------------------------------
 
 
@@ -412,6 +501,38 @@ def test_bad_urls(tmp_path: Path) -> None:
     assert not missing.exists() and empty.stat().st_size == 0
     run = lgckpt("threads")  # no URL at all
     fails(run, 2, "--url", "LGCKPT_URL")
+
+
+def _main(capsys: pytest.CaptureFixture[str], *argv: str) -> Run:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return Run(code, captured.out, captured.err)
+
+
+def test_url_forms_and_options(sqlite_store: Store, tmp_path: Path,
+                               monkeypatch: pytest.MonkeyPatch,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI reads URLs with the one parser: a sqlite:// URL with a host is refused with the
+    right form and creates nothing (not even as a copy's target), query options are
+    SQLite's, and an unknown option is refused by name, never with the password."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    fails(_main(capsys, "threads", "--url", "sqlite://rel.db"), 5, "sqlite:///rel.db",
+          "sqlite:////")
+    fails(_main(capsys, "copy", "--url", sqlite_store.url, "--to", "sqlite://copy.db"), 5,
+          "sqlite:///copy.db")
+    fails(_main(capsys, "copy", "--url", sqlite_store.url, "--to", "sqlite:///x.db?timeout=5"),
+          5, "'timeout'", "busy_timeout")
+    assert list(work.iterdir()) == []
+    run = _main(capsys, "threads", "--json", "--url", f"{sqlite_store.url}?mode=ro&busy_timeout=2")
+    assert sorted(r["thread_id"] for r in run.json()) == [
+        "approval", "approved", "broken", "chat", "sub"]
+    port = free_port()
+    for url in (f"postgresql://postgres:s3cr%23t9x@127.0.0.1:{port}/test?key_prefix=a",
+                f"redis://:s3cr%23t9x@127.0.0.1:{port}/0?schema=a"):
+        line = fails(_main(capsys, "threads", "--json", "--url", url), 5, "is an option of")
+        assert "s3cr" not in line and "t9x" not in line and "***" in line, line
 
 
 def test_missing_threads_and_checkpoints(sqlite_store: Store) -> None:
@@ -490,3 +611,8 @@ def test_output_tables_colour_and_progress(monkeypatch: pytest.MonkeyPatch) -> N
         bar.update(4)
     assert quiet.getvalue() == ""  # not a terminal
     assert cell("status", None) == "-" and cell("total_bytes", 3 * 1024 ** 2) == "3.0 MiB"
+    # values of other types as JSON-like text, not Python reprs
+    from datetime import date
+
+    assert cell("x", {"a": None, "b": [True]}) == '{"a": null, "b": [true]}'
+    assert cell("x", date(2026, 1, 2)) == "2026-01-02"

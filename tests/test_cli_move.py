@@ -196,6 +196,32 @@ def test_move_commands_on_each_backend(backend: str, tmp_path: Path) -> None:
             d()
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"])
+def test_copy_and_import_into_audited_stores_verify(backend: str, tmp_path: Path) -> None:
+    """`import --from-official`, `copy` and `import --jsonl` into stores audited by a
+    checkpointer opened once with audit=True: the commands' own checkpointers (opened without
+    it) seal every checkpoint they write, and `verify --all` passes on each store."""
+    fresh = [_fresh(backend, tmp_path, name) for name in "abc"]
+    (a, b, c), drops = zip(*fresh, strict=True)
+    try:
+        for url in (a, b, c):
+            connect(url, audit=True).close()
+        with official_sqlite(tmp_path) as (official, _):
+            assert lgckpt("import", "--from-official", official, "--url", a).code == 0
+        assert lgckpt("copy", "--url", a, "--to", b).code == 0
+        out = tmp_path / f"{backend}.jsonl"
+        assert lgckpt("export", "--url", b, "-o", str(out)).code == 0
+        assert lgckpt("import", "--jsonl", str(out), "--url", c).code == 0
+        for url in (a, b, c):
+            run = lgckpt("verify", "--all", "--url", url, "--json")
+            assert run.code == 0, run
+            assert {r["thread_id"]: r["status"] for r in json.loads(run.out)} == dict.fromkeys(
+                ["approve", "chat", "fork", "sub"], "intact")
+    finally:
+        for d in drops:
+            d()
+
+
 # -- bad input --------------------------------------------------------------------------------
 
 

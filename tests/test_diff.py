@@ -112,7 +112,7 @@ def test_appended_list() -> None:
     d = check({"notes": ["a", "b"], "empty": []}, {"notes": ["a", "b", "c", "d"], "empty": [1]})
     assert kinds(d) == [(("notes",), "appended"), (("empty",), "appended")]
     assert d.changes[0].new == ["c", "d"] and d.changes[0].old is None
-    assert "+ notes:" in d.to_text() and "+= ['c', 'd']" in d.to_text()
+    assert "+ notes:" in d.to_text() and '+= ["c", "d"]' in d.to_text()
 
 
 @pytest.mark.parametrize(
@@ -139,7 +139,7 @@ def test_messages_added() -> None:
     d = check(a, b)
     assert kinds(d) == [(("messages", "h-2"), "message_added"), (("messages", "ai-3"), "message_added")]
     assert d.changes[1].new == b["messages"][-1]
-    assert "+ messages[id=ai-3]:" in d.to_text() and "AIMessage 'answer 3'" in d.to_text()
+    assert "+ messages[id=ai-3]:" in d.to_text() and 'AIMessage "answer 3"' in d.to_text()
 
 
 def test_messages_removed_edited_and_inserted() -> None:
@@ -217,7 +217,7 @@ def test_text_is_aligned_and_short() -> None:
     a = {"a": 1, "long_channel_name": {"inner": "x" * 500}}
     b = {"a": 2, "long_channel_name": {"inner": "y" * 500}}
     lines = diff_values(a, b).to_text().splitlines()
-    assert lines[0].index("1 -> 2") == lines[1].index("'x")
+    assert lines[0].index("1 -> 2") == lines[1].index('"x')
     assert all(len(line) < 200 for line in lines)
 
 
@@ -267,7 +267,7 @@ def test_change_is_a_value() -> None:
     c = Change(("n",), "changed", old=1, new=2, delta=1)
     assert c == Change(("n",), "changed", 1, 2, 1)
     assert str(c) == "~ n: 1 -> 2 (+1)"
-    assert str(Change(("d", "k k", 3), "added", new="v")) == "+ d['k k'][3]: 'v'"
+    assert str(Change(("d", "k k", 3), "added", new="v")) == '+ d["k k"][3]: "v"'
 
 
 # -- randomized ----------------------------------------------------------------------------------
@@ -363,6 +363,113 @@ def test_random_states_apply_exactly() -> None:
         assert bool(d) or a == b, seed
         d.to_text()
         d._repr_html_()
+        for c in d:  # two values that differ never read alike
+            old, new = c.sides()
+            assert not (old and new) or old != new, (seed, c)
         seen.update(c.kind for c in d)
     assert seen == {"added", "removed", "changed", "appended",
                     "message_added", "message_removed", "message_edited"}
+
+
+# -- rendering that shows where values differ ---------------------------------------------------
+
+
+def html_cells(d: StateDiff) -> list[list[str]]:
+    """The cells of each row of the HTML table: symbol, path, kind, old, new, delta."""
+    import re
+
+    return [re.findall(r"<td>(.*?)</td>", row)
+            for row in re.findall(r"<tr style=[^>]*>(.*?)</tr>", d._repr_html_())]
+
+
+class Same:
+    """Values of one repr that are not equal."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Same) and other.n == self.n
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "Same()"
+
+
+def long_call(i: int, note: str = "") -> ToolCall:
+    return ToolCall(id=f"call-{i}", name="search", args={"query": "weather in Oslo " * 4 + note},
+                    started_at=T0)
+
+
+def test_list_changes_name_the_items_that_differ() -> None:
+    one = {"tool_call_history": [long_call(1)]}
+    edited = {"tool_call_history": [long_call(1, "again")]}
+    two = {"tool_call_history": [long_call(1, "again"), long_call(2)]}
+    d1, d2 = check(one, edited), check(one, two)
+    assert kinds(d1) == kinds(d2) == [(("tool_call_history",), "changed")]
+    assert d1.to_text() != d2.to_text()
+    assert html_cells(d1)[0][4] != html_cells(d2)[0][4]
+    line = d2.to_text()
+    assert "1 item -> 2 items" in line and "+[1] ToolCall(" in line and "~[0]" in line
+    assert 'id="call-2"' in line and "again" in line  # the point of difference is shown
+    # removed items, and an insertion in the middle, by index
+    d = check({"xs": ["a", "b", "c", "d"]}, {"xs": ["a", "d"]})
+    assert "4 items -> 2 items" in d.to_text() and '-[1] "b"' in d.to_text()
+    assert '-[2] "c"' in d.to_text()
+    d = check({"xs": [1, 2, 3]}, {"xs": [1, 9, 2, 3]})
+    assert "+[1] 9" in d.to_text() and "[0]" not in d.to_text()
+
+
+def test_dict_changes_name_the_keys_that_differ() -> None:
+    from collections import OrderedDict
+
+    a = {"cfg": {"model": "m" * 80, "temperature": 0.1, "gone": 1}}
+    b = {"cfg": OrderedDict(model="m" * 80, temperature=0.2, new=2)}  # another type: whole
+    line = check(a, b).to_text()
+    assert '~"temperature": 0.1 -> 0.2' in line
+    assert '-"gone": 1' in line and '+"new": 2' in line
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("x" * 300 + "a", "x" * 300 + "b"),                     # differ past the width
+        ("x" * 300, "x" * 301),                                  # one a prefix of the other
+        ("x" * 20_000 + "a", "x" * 20_000 + "b"),               # past any budget
+        (Same(1), Same(2)),                                      # one repr, not equal
+        (["item " * 30], ["item " * 30 + "!", "more"]),          # one item against two
+        ([1] * 80 + [2], [1] * 81 + [2]),
+        ({"k": "v" * 100, "n": 1}, {"k": "v" * 100, "n": 1.0}),  # by key: 1 -> 1.0
+        ([1], (1,)),                                             # the same text, other type
+        (b"\x00" * 100 + b"\x01", b"\x00" * 100 + b"\x02"),
+        (datetime(2026, 1, 1, tzinfo=timezone.utc), "2026-01-01T00:00:00+00:00"),
+        (WorkingMemory(scratchpad="s" * 200, facts={"a": 1}),
+         PlanStep(id="s" * 200, description="d")),
+    ],
+)
+def test_different_values_never_render_alike(old: Any, new: Any) -> None:
+    d = check({"v": old}, {"v": new})
+    (change,) = d.changes
+    cells = html_cells(d)[0]
+    assert cells[3] != cells[4], cells
+    assert " -> " in change.detail()
+    old_text, new_text = change.detail().split(" -> ", 1)
+    assert old_text != new_text.split(" (")[0]
+    assert all(len(line) < 200 for line in d.to_text().splitlines())
+
+
+def test_values_render_json_like() -> None:
+    a = {"t": T0, "call": ToolCall(id="c1", name="search", args={"q": "x"}),
+         "raw": b"abc", "blob": b"\xff\x00", "n": None, "ok": True}
+    b = {"t": datetime(2026, 2, 1, tzinfo=timezone.utc), "call": PlanStep(id="1", description="d"),
+         "raw": b"abd", "blob": b"\xff\x01", "n": 1, "ok": False}
+    text = check(a, b).to_text()
+    assert '"2026-01-01T00:00:00+00:00" -> "2026-02-01T00:00:00+00:00"' in text
+    assert 'ToolCall(id="c1", name="search", args={"q": "x"})' in text
+    assert 'b"abc" -> b"abd"' in text and "null -> 1" in text and "true -> false" in text
+    assert "ff00" in text and "ff01" in text
+    for python in ("datetime.datetime(", "'", "None", "True"):
+        assert python not in text
+    page = check(a, b)._repr_html_()
+    assert "datetime.datetime(" not in page and "2026-02-01T00:00:00+00:00" in page

@@ -1,5 +1,6 @@
 """An eager state-schema migration killed halfway (SIGKILL) and started again: every checkpoint
-of every thread is migrated exactly once, and nothing is lost."""
+of every thread of the chain is migrated exactly once, nothing is lost, and the thread of
+another chain sharing the store is never touched."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from pathlib import Path
 import pytest
 from langgraph.types import Command
 
+from langgraph_ckpt_ext.migrations import SchemaChain
 from tests.conftest import drop_pg_schemas, drop_redis_prefixes, pg_schema, redis_prefix
 from tests.migrate_worker import open_target
 from tests.schema_graphs import CHAIN, graph_v1, graph_v3, is_v3, v1_message
 
 ROOT = Path(__file__).resolve().parents[1]
 THREADS = 40
+OTHER = {"configurable": {"thread_id": "x-billing"}}  # sorted after the chain's threads
 
 
 @pytest.fixture(params=["sqlite", "postgres", "redis"])
@@ -34,7 +37,7 @@ def target(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-u
 
 
 def test_killed_migration_resumes_and_migrates_each_checkpoint_once(target: str) -> None:
-    with open_target(target) as v1:  # written by v1 code: no chain
+    with open_target(target, schema_chain=SchemaChain(1, name=CHAIN.name)) as v1:  # v1 code
         g1 = graph_v1().compile(checkpointer=v1)
         for i in range(THREADS):
             text = f"ship {i}" if i % 5 == 0 else f"hello {i}"  # every fifth pauses
@@ -42,6 +45,9 @@ def test_killed_migration_resumes_and_migrates_each_checkpoint_once(target: str)
                       {"configurable": {"thread_id": f"t{i:03}"}})
         everything = {(t.config["configurable"]["thread_id"], t.config["configurable"]["checkpoint_ns"],
                        t.checkpoint["id"]) for t in v1.list(None)}
+        v1.schema_chain = SchemaChain(1, name="billing")  # another graph's thread, same store
+        g1.invoke({"messages": [v1_message("human", "bill")]}, OTHER)
+        billing = [(t.metadata, t.checkpoint) for t in v1.list(OTHER)]
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.migrate_worker", target, "0.05"],
@@ -65,14 +71,18 @@ def test_killed_migration_resumes_and_migrates_each_checkpoint_once(target: str)
 
         report = v3.migrate_threads()
         assert report.threads_migrated == THREADS - len({m.thread_id for m in partial})
+        assert report.threads_skipped_other == 1 and report.skipped[0].thread_id == "x-billing"
         log = v3.migration_log()
         keys = [(m.thread_id, m.checkpoint_ns, m.checkpoint_id) for m in log]
         assert len(keys) == len(set(keys))  # each checkpoint once
         assert set(keys) == everything  # and every one of them
         assert v3.migrate_threads().checkpoints_migrated == 0
 
-        # Nothing lost: with no chain at all, every thread reads back whole, in the v3 shape.
+        # Nothing lost: with no chain at all, every thread reads back whole, in the v3 shape;
+        # the other chain's thread is as it was written.
         v3.schema_chain = None
+        assert [(t.metadata, t.checkpoint) for t in v3.list(OTHER)
+                ] == billing
         g3 = graph_v3().compile(checkpointer=v3)
         for i in range(THREADS):
             config = {"configurable": {"thread_id": f"t{i:03}"}}

@@ -26,7 +26,11 @@ EXPECTED = {
     "02_schema_migration.ipynb": [
         "order-17 read as schema version 3",
         "resumed under v3: Human said: approved (normal priority)",
-        "threads: 2 / 2",
+        "skipped 1 thread(s) of other chains: invoice-3 ('billing')",
+        "skipped 1 unstamped thread(s) (include_unstamped=True, --include-unstamped, migrates "
+        "them): order-17",
+        "threads: 3 / 3",
+        "invoice-3 untouched: still schema 1 of 'billing'",
         "second run: 0 checkpoint(s) migrated",
         "refused: the chain from version 1 to 4 has a gap: no upcaster from version(s) [2]",
         "refused: stored state has schema version 3, newer than the 2 this code knows",
@@ -34,7 +38,7 @@ EXPECTED = {
     "03_time_travel.ipynb": [
         "page 3: steps [-1]",
         "planner wrote tool='weather'",
-        "+ tool:  'weather'",
+        '+ tool:  "weather"',
         "fixed: You will earn 135.00 EUR.",
         "source still answers: The forecast: sunny and 24 C in Lisbon.",
         "whole_words  You will earn 135.00 EUR.",

@@ -78,6 +78,57 @@ def existing(client: redis.Redis, cp: RedisCheckpointer, thread: str) -> list[st
 # -- TTL --------------------------------------------------------------------------------------
 
 
+def test_index_sweep_runs_off_the_put_path(make: Any, client: redis.Redis,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The put that reaches the sweep's turn issues its own few commands only (counted per
+    task on the client, the server untouched); the stale index entries go all the same."""
+    cp = make()
+    threads_key, runs_key = f"{cp.test_prefix}:threads", f"{cp.test_prefix}:runs"
+    client.zadd(threads_key, {f"gone-{i}": 1 for i in range(80)})  # hints long past, no keys
+    client.zadd(runs_key, {f"run-{i}\0gone-{i}": 0 for i in range(80)})
+    per_task: dict[Any, int] = {}
+    original = aredis.Redis.execute_command
+
+    async def counting(self: aredis.Redis, *args: Any, **options: Any) -> Any:
+        task = asyncio.current_task()
+        per_task[task] = per_task.get(task, 0) + 1
+        return await original(self, *args, **options)
+
+    monkeypatch.setattr(aredis.Redis, "execute_command", counting)
+
+    async def puts(n: int, wait: bool = True) -> list[int]:
+        config: dict[str, Any] = cfg("busy", checkpoint_ns="")
+        counts = []
+        for i in range(n):
+            ckpt = empty_checkpoint()
+            ckpt["channel_values"] = {"tick": i}
+            ckpt["channel_versions"] = {"tick": i + 1}
+            task = asyncio.ensure_future(cp.aput(config, ckpt, {"source": "loop", "step": i},
+                                                 {"tick": i + 1}))
+            config = await task
+            counts.append(per_task.pop(task, 0))
+        for _ in range(600 if wait else 0):  # the sweep finishes on this loop, on its own
+            if client.zcard(threads_key) == 1 and client.zcard(runs_key) == 0:
+                break
+            await asyncio.sleep(0.05)
+        return counts
+
+    async def closed_mid_step() -> int:
+        """Commands issued after `aclose()` returned, with a step under way when it was called."""
+        client.zadd(threads_key, {f"gone-{i}": 1 for i in range(300)})
+        counts = await puts(512, wait=False)
+        assert max(counts) <= 4, sorted(counts)[-5:]
+        await cp.aclose()  # cancels the step it started, which has hundreds of entries to go
+        issued = sum(per_task.values())
+        await asyncio.sleep(0.3)
+        return sum(per_task.values()) - issued
+
+    counts = asyncio.run(puts(600))
+    assert max(counts) <= 4, sorted(counts)[-5:]
+    assert client.zrange(threads_key, 0, -1) == [b"busy"] and client.zcard(runs_key) == 0
+    assert asyncio.run(closed_mid_step()) == 0
+
+
 def test_short_ttl_thread_is_entirely_gone(make: Any, client: redis.Redis) -> None:
     cp = make(ttl=2.0)
     graph = chat_graph().compile(checkpointer=cp)

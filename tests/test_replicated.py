@@ -28,7 +28,7 @@ from langgraph_ckpt_ext import (
     StoreUnavailableError,
 )
 
-from .conftest import LoopThread, as_url, cleanup, make_saver, redis_prefix
+from .conftest import LoopThread, as_url, cleanup, make_saver, redis_prefix, reopen_saver
 from .graphs import approval_graph, chat_graph, human, subgraph_graph
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -490,6 +490,27 @@ def test_rows_are_shipped_only_between_alike_checkpointers(stores: Stores) -> No
     assert not stores.replicated(primary, [stores.new("memory", serde=Custom())])._rows
     assert not stores.replicated(primary, [stores.new("memory", audit=True)])._rows
     assert not stores.replicated(primary, [InMemorySaver()])._rows
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "redis"])
+def test_audit_turned_on_for_the_primary_while_shipping_rows(stores: Stores, kind: str) -> None:
+    """A ReplicatedCheckpointer shipping rows, whose primary's store gets audited after it was
+    built (by another checkpointer): the primary seals each checkpoint, the replica stores
+    those very rows, and both verify clean."""
+    primary, replica = stores.new(kind), stores.new("sqlite")
+    cp = stores.replicated(primary, [replica], "async")
+    assert cp._rows
+    primary.audit_refresh = 0
+    reopen_saver(kind, primary, primary.test_path.parent, audit=True).close()
+    chat = chat_graph().compile(checkpointer=cp)
+    for i in range(3):
+        chat.invoke({"messages": [human(f"turn {i}")]}, cfg("t"))
+    assert cp.flush(timeout=10) is True
+    assert_same(primary, replica)
+    for saver in (primary, replica):
+        report = saver.verify("t")
+        assert report.ok and report.checked == 9, str(report)
+    assert primary.audit_status().enabled
 
 
 def test_anti_entropy_passes_compare_sizes_and_full_sweeps_compare_values(

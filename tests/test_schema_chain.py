@@ -144,3 +144,22 @@ def test_a_failing_upcaster_names_its_step() -> None:
         chain.upgrade({"a": 1}, 1)
     with pytest.raises(SchemaVersionError, match="returned list"):
         SchemaChain(current=2, upcasters={1: lambda v: [v]}).upgrade({}, 1)
+
+
+def test_a_chain_name_is_stamped_and_decides_what_it_owns() -> None:
+    from langgraph_ckpt_ext.migrations import stored_schema_name
+
+    named = SchemaChain(current=3, upcasters={1: v1_to_v2, 2: v2_to_v3}, name="support")
+    assert named.stamp() == {"schema_version": 3, "schema_name": "support"}
+    assert named.owns("support") and named.owns(None) and not named.owns("billing")
+    assert repr(named) == "SchemaChain(current=3, first=1, name='support')"
+    unnamed = SchemaChain(current=2, upcasters={1: v1_to_v2})
+    assert unnamed.stamp() == {"schema_version": 2} and unnamed.name is None
+    assert unnamed.owns(None) and not unnamed.owns("support")
+    for bad in ("", "  ", 7):
+        with pytest.raises(SchemaVersionError, match="name must be a non-empty string"):
+            SchemaChain(current=1, name=bad)  # type: ignore[arg-type]
+    assert stored_schema_name({"schema_name": "support"}, "c1") == "support"
+    assert stored_schema_name({}, "c1") is None
+    with pytest.raises(SchemaVersionError, match=r"'c1' has schema_name 3.*not a string"):
+        stored_schema_name({"schema_name": 3}, "c1")

@@ -237,11 +237,82 @@ def test_lineage_tree(saver: StoreCheckpointer) -> None:
     assert {n.thread_id for n in lineage(saver, "c").walk()} == {"root", "b", "c", "d"}
     svg = lineage(saver, "root").to_svg()
     assert svg.startswith("<svg") and all(t in svg for t in ("root", "b", "c", "d"))
+    check_svg(svg, lineage(saver, "root"))
     text = lineage(saver, "root").to_text()
     assert "└─ c  (from b step 7, checkpoint " in text and "└─ d  (from root step 2, " in text
     assert lineage(saver, "root").to_dict()["children"][0]["forked_from"]["thread_id"] == "root"
     with pytest.raises(CheckpointNotFoundError):
         lineage(saver, "ghost")
+
+
+# Glyph widths of a common sans-serif (Helvetica/Arial), in em: what a box must hold.
+_WIDE = {"W": 0.944, "M": 0.833, "m": 0.833, "w": 0.722, "@": 1.015, "%": 0.889}
+
+
+def text_width(text: str, size: float) -> float:
+    import unicodedata
+
+    def em(ch: str) -> float:
+        if ch in _WIDE:
+            return _WIDE[ch]
+        if unicodedata.east_asian_width(ch) in "WF":
+            return 1.0
+        return 0.78 if ch.isupper() else 0.556
+
+    return sum(map(em, text)) * size
+
+
+def check_svg(svg: str, tree: Any) -> None:
+    """Each thread's box holds its label (the full id in a <title>), each fork's label sits on
+    the middle of its curve."""
+    import re
+    import xml.etree.ElementTree as ET
+
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    root = ET.fromstring(svg)
+    boxes = root.findall("s:g", ns)
+    assert sorted(g.find("s:title", ns).text or "" for g in boxes) == sorted(  # type: ignore[union-attr]
+        n.thread_id for n in tree.walk())
+    for g in boxes:
+        rect, label = g.find("s:rect", ns), g.find("s:text", ns)
+        assert rect is not None and label is not None and label.text
+        size = float(label.get("font-size") or root.get("font-size") or 12)
+        left = float(rect.get("x") or 0)
+        right = left + float(rect.get("width") or 0)
+        assert left < float(label.get("x") or 0)
+        assert float(label.get("x") or 0) + text_width(label.text, size) <= right, label.text
+        full = g.find("s:title", ns).text or ""  # type: ignore[union-attr]
+        if label.text != full:
+            assert "…" in label.text
+            head, tail = label.text.split("…")
+            assert full.startswith(head) and full.endswith(tail)
+    paths = root.findall("s:path", ns)
+    labels = root.findall("s:text", ns)
+    assert len(paths) == len(labels) == len(tree.walk()) - 1
+    for path, label in zip(paths, labels, strict=True):
+        x0, y0, x1, y1, x2, y2, x3, y3 = map(float, re.findall(r"-?[\d.]+", path.get("d") or ""))
+        mid = ((x0 + 3 * x1 + 3 * x2 + x3) / 8, (y0 + 3 * y1 + 3 * y2 + y3) / 8)  # t = 1/2
+        assert label.get("text-anchor") == "middle"
+        assert label.get("dominant-baseline") == "central"
+        assert (float(label.get("x") or 0), float(label.get("y") or 0)) == pytest.approx(mid)
+        width = text_width(label.text or "", float(label.get("font-size") or 12))
+        assert x0 < mid[0] - width / 2 and mid[0] + width / 2 < x3  # between the two boxes
+
+
+def test_lineage_svg_fits_long_ids() -> None:
+    from langgraph_ckpt_ext.timetravel.fork import ForkNode
+
+    cid = "1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21"
+    long_id = "customer-support-session-2026-01-01-with-a-rather-long-suffix-0042"
+    tree = ForkNode(long_id, children=[
+        ForkNode("WWWWMMMMWWWWMMMMWWWWMMMM-fork", (long_id, cid), forked_step=12, children=[
+            ForkNode("短い" * 20, ("WWWWMMMMWWWWMMMMWWWWMMMM-fork", cid))]),
+        ForkNode("b", (long_id, cid), forked_step=3),
+        ForkNode("<&>" * 30, (long_id, cid), forked_step=1234567890123),
+    ])
+    svg = tree.to_svg()
+    check_svg(svg, tree)
+    assert f"<title>{long_id}</title>" in svg and "&lt;&amp;&gt;" in svg
 
 
 def test_ab_variants_on_forks(saver: StoreCheckpointer) -> None:

@@ -6,12 +6,15 @@ import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import replace
+from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..core.appendlog import DEFAULT_MAX_BYTES
 from ..core.codec import writes_order
+from ..core.opening import Opening
 from ..core.rows import (
+    AuditSwitch,
     BlobRef,
     BlobRow,
     CheckpointRow,
@@ -23,6 +26,7 @@ from ..core.rows import (
 )
 from ..core.saver import StoreCheckpointer
 from ..core.store import BatchItem, GcPlanner, write_in_turn
+from ..core.urls import parse_url
 from ..migrations import SchemaChain
 
 _NsKey = tuple[str, str]  # (thread_id, checkpoint_ns)
@@ -40,6 +44,7 @@ class MemoryStore:
         self.writes: dict[tuple[str, str, str], dict[tuple[str, int], WriteRow]] = defaultdict(dict)
         self.latest: dict[_NsKey, str] = {}  # newest checkpoint id per namespace
         self.migrations: dict[tuple[str, str, str, int], MigrationEntry] = {}
+        self.audit_log: list[AuditSwitch] = []
         self._lock = threading.RLock()
 
     def _put_blobs(self, thread_id: str, ns: str, blobs: Sequence[BlobRow]) -> set[str]:
@@ -266,6 +271,14 @@ class MemoryStore:
             found = [m for m in self.migrations.values() if thread_id in (None, m.thread_id)]
         return sorted(found, key=lambda m: (m.migrated_at, *m.key))
 
+    async def read_audit_log(self, last: bool = False) -> list[AuditSwitch]:
+        with self._lock:
+            return self.audit_log[-1:] if last else list(self.audit_log)
+
+    async def log_audit_switch(self, switch: AuditSwitch) -> None:
+        with self._lock:
+            self.audit_log.append(switch)
+
     async def sizes(self, thread_id: str) -> list[StoredSize]:
         acc: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
 
@@ -312,8 +325,9 @@ class InMemoryCheckpointer(StoreCheckpointer):
             written list is dropped, and stored whole at its next put; 0: none kept).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): see
             `migrate_threads`.
-        audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
-            `verify`.
+        audit: turn auditing on for the store, recorded in it (every checkpointer writing to
+            it then seals each checkpoint; False turns nothing off): see `verify`,
+            `enable_audit` and `disable_audit`.
 
     Example:
         >>> from langgraph_ckpt_ext import InMemoryCheckpointer
@@ -335,6 +349,24 @@ class InMemoryCheckpointer(StoreCheckpointer):
             append_log_bytes=append_log_bytes, schema_chain=schema_chain,
             audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
         )
+
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str = "memory://", **kwargs: Any
+    ) -> Opening[InMemoryCheckpointer]:
+        """A checkpointer for `with` or `async with`, as the other backends' (`memory://`,
+        the only URL here, takes no options); its rows go when the block ends.
+
+        Example:
+            >>> with InMemoryCheckpointer.from_conn_string() as cp:  # doctest: +SKIP
+            ...     graph = builder.compile(checkpointer=cp)
+        """
+        _, kwargs = parse_url(conn_string).arguments(kwargs, backend="memory")
+
+        async def aopen() -> InMemoryCheckpointer:
+            return cls(**kwargs)
+
+        return Opening(lambda: cls(**kwargs), aopen)
 
     @property
     def store(self) -> MemoryStore:

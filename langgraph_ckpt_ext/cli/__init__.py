@@ -19,6 +19,7 @@ import sys
 import traceback
 from types import ModuleType
 
+from ..core.urls import mask
 from .common import (
     ENV_URL,
     ERROR,
@@ -30,14 +31,15 @@ from .common import (
     load_serde,
     url_secrets,
 )
-from .output import Output, mask, printable
+from .output import Output, printable
 
 __all__ = ["CliError", "Output", "main"]
 
 _DESCRIPTION = """\
 Inspect and operate the checkpoint stores of langgraph-ckpt-ext: list threads and their
-history, show and diff checkpoints, fork, prune, migrate state schemas, verify audit trails,
-copy threads between stores, import them from LangGraph's own savers, export them.
+history, show and diff checkpoints, fork, prune, migrate state schemas, verify audit trails
+(and turn a store's auditing on or off), copy threads between stores, import them from
+LangGraph's own savers, export them.
 
 A store written with a serializer of your own is read with --serde MODULE:OBJECT (an object
 with dumps_typed and loads_typed, or a class or factory that makes one). Store-wide commands
@@ -52,9 +54,9 @@ threads (each reported on stderr)"""
 
 
 def _command_modules() -> list[ModuleType]:
-    from . import inspect, move
+    from . import audit, inspect, move
 
-    return [inspect, move]
+    return [inspect, move, audit]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,12 +7,10 @@ import argparse
 import contextlib
 import importlib
 import os
-import re
 import sys
 import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, unquote_plus, urlsplit
 
 from ..core.errors import (
     CheckpointerError,
@@ -23,7 +21,10 @@ from ..core.errors import (
     StoreUnavailableError,
     ThreadExistsError,
 )
-from .output import mask
+from ..core.urls import ambiguous_url, mask, parse_url, url_secrets
+from ..core.urls import redact as shown_url
+
+__all__ = ["ambiguous_url", "shown_url", "url_secrets"]  # used by the commands
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -50,22 +51,15 @@ DAMAGED = 8
 
 ENV_URL = "LGCKPT_URL"
 URL_HELP = (
-    "the checkpoint store: sqlite:///relative.db, sqlite:////abs/path.db, "
-    "postgresql://user@host:5432/db[?schema=NAME], redis://host:6379/0[?key_prefix=NAME] "
-    f"(default: ${ENV_URL})"
-)
-_SCHEMES = ("sqlite", "postgresql", "postgres", "redis", "rediss")
-_FORMATS = (
-    "use sqlite:///path.db, postgresql://user@host/db[?schema=NAME] or "
-    "redis://host:6379/0[?key_prefix=NAME]"
+    "the checkpoint store: sqlite:///relative.db, sqlite:////abs/path.db "
+    "[?busy_timeout=S&mode=ro], postgresql://user@host:5432/db[?schema=NAME], "
+    f"redis://host:6379/0[?key_prefix=NAME] (default: ${ENV_URL})"
 )
 SERDE_HELP = (
     "the serializer the store was written with, if not the default: an object with dumps_typed "
     "and loads_typed, or a class or factory that makes one, imported from the current "
     "directory (e.g. myapp.store:SERDE); it reads and writes every store the command opens"
 )
-_ENCODE = ("if the password holds '#', '/', '?' or '@', percent-encode them (%23, %2F, %3F, "
-           "%40)")
 
 
 class CliError(Exception):
@@ -151,64 +145,6 @@ def add_command(
 # -- opening a store ---------------------------------------------------------------------------
 
 
-# A password is hidden as every parser may read it: urlsplit's (the host ends at the first
-# '#', '/' or '?'), and all from "://" to the URL's *last* '@' (what one holding those, or an
-# '@', unencoded, really is), with the pieces a driver may cut it into. Hiding too much in
-# an odd URL beats printing a piece of a password.
-_QUERY_SECRET = re.compile(r"([?&;][^=&#]*(?:pass|pwd|secret|token)[^=&#]*=)([^&]*)", re.I)
-
-
-def _credentials(url: str) -> tuple[str, str, str] | None:
-    """(up to the user, user[:password], from the last '@') of `url`; None without a '@', or
-    for a file (a SQLite path may hold both ':' and '@')."""
-    start = url.find("://")
-    start = 0 if start < 0 else start + 3
-    at = url.rfind("@")
-    if at < start or url[:start].lower().endswith("sqlite://"):
-        return None
-    return url[:start], url[start:at], url[at:]
-
-
-def shown_url(url: str) -> str:
-    """`url` fit for a message: its password, and query parameters that hold one
-    (`?password=`), shown as `***`, whatever the URL looks like."""
-    return mask(url, url_secrets(url))
-
-
-def url_secrets(url: str) -> list[str]:
-    """What in `url` must never be printed: the password (as written, decoded, and each piece
-    a parser may cut it into) and the values of query parameters that hold one."""
-    found = [m.group(2) for m in _QUERY_SECRET.finditer(url)]
-    parts = _credentials(url)
-    if parts is not None and ":" in parts[1]:
-        found += _pieces(parts[1].split(":", 1)[1])
-    with contextlib.suppress(ValueError):
-        found.append(urlsplit(url).password or "")
-    return sorted({v for s in found for v in (s, unquote(s), unquote_plus(s)) if v})
-
-
-def _pieces(password: str) -> list[str]:
-    """`password`, and each part of it from its start or a '#', '/', '?', '@' or ':' to its
-    end or another (3 characters or more): what a parser that cuts the URL there may quote."""
-    cuts = [i for i, ch in enumerate(password) if ch in "#/?@:"]
-    starts, ends = [0, *(i + 1 for i in cuts)], [*cuts, len(password)]
-    return [password, *(password[a:b] for a in starts for b in ends if b - a >= 3)]
-
-
-def ambiguous_url(url: str) -> bool:
-    """Whether parsers may cut `url` into different user, password and host: a password
-    holding an unencoded '#', '/', '?' or '@' (a driver's message may then quote a piece of
-    it that no rule can tell from the rest)."""
-    parts = _credentials(url)
-    if parts is None or ":" not in parts[1]:
-        return False  # no password
-    try:
-        netloc = urlsplit(url).netloc
-    except ValueError:
-        return True
-    return "@" in parts[1] or netloc.rpartition("@")[0] != parts[1]
-
-
 def import_object(spec: str, option: str, dirs: Sequence[str], *, example: str,
                   hint: str) -> Any:
     """The object `MODULE:ATTR` names, MODULE imported with `dirs` first on the path; errors
@@ -281,39 +217,33 @@ def open_saver(url: str | None, *, write: bool, create: bool | None = None,
     if not url:
         raise CliError(f"no checkpoint store given: pass --url URL or set {ENV_URL}", USAGE)
     shown = shown_url(url)
-    # A driver's message may quote a piece of an ambiguous URL's password: not shown then.
-    hint = _ENCODE if ambiguous_url(url) else None
     if serde is not None:
         options["serde"] = serde
         if unsafe:
             options["unsafe_allow_any_class"] = True
     try:
-        scheme = urlsplit(url).scheme
-    except ValueError as exc:
-        raise CliError(f"malformed URL {shown!r} ({hint or exc}): {_FORMATS}",
-                       UNAVAILABLE) from None
+        parsed = parse_url(url)
+    except InvalidConfigError as exc:
+        raise CliError(str(exc), UNAVAILABLE) from None
+    scheme = parsed.backend
     if scheme == "memory":
         raise CliError("memory:// keeps nothing between runs: point --url at a SQLite, "
                        "PostgreSQL or Redis store", UNAVAILABLE)
-    if scheme not in _SCHEMES:
-        what = f"URL scheme {scheme!r}" if scheme else "URL without a scheme"
-        raise CliError(f"unsupported {what} in {shown!r}: {_FORMATS}", UNAVAILABLE)
     create = write if create is None else create
-    from ..connect import connect, sqlite_path
+    from ..connect import connect
 
     if scheme == "sqlite":
-        path = sqlite_path(url)
-        if path == ":memory:":
+        if parsed.target == ":memory:":
             raise CliError("an in-memory SQLite database keeps nothing between runs: name a "
                            "file, sqlite:///path.db", UNAVAILABLE)
         if not create:
-            _check_sqlite_file(path, shown)
+            _check_sqlite_file(parsed.target, shown)
     try:
         saver = connect(url, setup=False, **options)
     except CheckpointerError:
         raise
     except Exception as exc:  # the driver refused the URL
-        raise CliError(f"cannot open {shown}: {hint or _reason(exc)}", UNAVAILABLE) from exc
+        raise CliError(f"cannot open {shown}: {_reason(exc, url)}", UNAVAILABLE) from exc
     try:
         if not create and saver.storage_version() == 0:
             raise CliError(f"no checkpoint store at {shown}: {_where(scheme)}", UNAVAILABLE)
@@ -322,11 +252,11 @@ def open_saver(url: str | None, *, write: bool, create: bool | None = None,
     except BaseException as exc:
         saver.close()
         if isinstance(exc, StoreUnavailableError):
-            reason = hint or _reason(exc.__cause__ or exc)
+            reason = _reason(exc.__cause__ or exc, url)
             raise CliError(f"cannot reach {shown}: {reason}", UNAVAILABLE) from exc
         if isinstance(exc, CheckpointerError | CliError) or not isinstance(exc, Exception):
             raise
-        raise CliError(f"cannot open {shown}: {hint or _reason(exc)}", UNAVAILABLE) from exc
+        raise CliError(f"cannot open {shown}: {_reason(exc, url)}", UNAVAILABLE) from exc
     return saver
 
 
@@ -359,9 +289,11 @@ def _where(scheme: str) -> str:
     return "no key layout under that key prefix (name it with ?key_prefix=NAME)"
 
 
-def _reason(exc: BaseException) -> str:
+def _reason(exc: BaseException, url: str | None = None) -> str:
+    """The first line of a driver's message (without `url`'s password)."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    reason = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return reason if url is None else mask(reason, url_secrets(url))
 
 
 def quoted_names(ids: Sequence[str], show: int = 5) -> str:

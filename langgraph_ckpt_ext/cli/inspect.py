@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime as dt
 import re
-import reprlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -44,11 +44,9 @@ if TYPE_CHECKING:
 _CHECKPOINT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 _PAUSED = "awaiting_human"
 
-_short = reprlib.Repr()
-_short.maxstring = 100
-_short.maxother = 100
-_short.maxlist = _short.maxtuple = _short.maxset = _short.maxdict = 8
-_short.maxlevel = 3
+_REF_HELP = ("THREAD or THREAD:CHECKPOINT_ID; a thread id holding ':' is read whole unless "
+             "what follows its last ':' is a checkpoint of the thread before it (write THREAD: "
+             "to mean the whole id)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -128,11 +126,14 @@ def _threads_of(saver: StoreCheckpointer, names: Sequence[str], every: bool,
 
 
 def _brief(value: Any, width: int = 120) -> str:
-    """A value on one line, shortened."""
+    """A value on one line, shortened: JSON-like text (`null`, `"text"`, ISO dates, a model's
+    fields), a message as its type and content."""
     from langchain_core.messages import BaseMessage
 
+    from ..timetravel import render
+
     if isinstance(value, BaseMessage):
-        content = value.content if isinstance(value.content, str) else repr(value.content)
+        content = value.content if isinstance(value.content, str) else render.text(value.content)
         text = f"{value.type}: {content}"
         calls = getattr(value, "tool_calls", None)
         if calls:
@@ -141,7 +142,7 @@ def _brief(value: Any, width: int = 120) -> str:
         more = ", ..." if len(value) > 3 else ""
         text = f"[{', '.join(_brief(m, width) for m in value[:3])}{more}]"
     else:
-        text = _short.repr(value)
+        return render.brief(value, width)
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -227,9 +228,11 @@ def _history(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "the step that ran from it). A checkpoint whose values cannot be decoded is listed as "
         "damaged (reported on stderr; exit code 8).",
         example="lgckpt history t-1 --limit 10\n"
+                "lgckpt history t-1:1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21 --limit 5\n"
                 "lgckpt history t-1 --subgraphs --json",
     )
-    p.add_argument("thread", metavar="THREAD", help="the thread id")
+    p.add_argument("thread", metavar="THREAD", help=f"{_REF_HELP}; with a checkpoint, the "
+                   "listing starts at it")
     p.add_argument("--limit", type=_positive, default=50, metavar="N",
                    help="at most N checkpoints (default 50)")
     p.add_argument("--before", metavar="CHECKPOINT", help="start after this checkpoint id")
@@ -245,12 +248,14 @@ def _history(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 def run_history(args: argparse.Namespace, out: Output) -> int:
     damage = DamageLog(out, args.strict, noun="checkpoint", done="listed without its values")
     with open_saver(args.url, write=False, **serde_options(args)) as saver:
+        first = _history_start(saver, args, damage)
         try:
             rows = [_history_row(e) for e in _entries(saver, args, metadata_only=False)]
         except DAMAGE as exc:
             if args.strict:
                 damage.record(args.thread, exc)
             rows = _history_one_by_one(saver, args, damage)
+        rows = (first + rows)[:args.limit]
         if not rows and args.before is None:
             if args.ns and _latest(saver, args.thread) is not None:
                 raise ThreadNotFoundError(
@@ -264,6 +269,38 @@ def run_history(args: argparse.Namespace, out: Output) -> int:
         columns.append("status")
     out.table(rows, columns)
     return damage.finish(OK)
+
+
+def _history_start(saver: StoreCheckpointer, args: argparse.Namespace, damage: DamageLog
+                   ) -> list[dict[str, Any]]:
+    """Resolve `args.thread`; for THREAD:CHECKPOINT, the row of that checkpoint, with
+    `args.before` set to list the older ones after it."""
+    ns = args.ns or ""
+    args.thread, start = resolve_ref(saver, args.thread, None, ns)
+    if start is None:
+        return []
+    if args.before is not None:
+        raise CliError("give where the listing starts once: THREAD:CHECKPOINT (from it) or "
+                       "--before CHECKPOINT (after it)", USAGE)
+    args.before = start
+    try:
+        state = saver.inspect(_config(args.thread, ns, start))
+    except DAMAGE as exc:
+        found = damage.record(args.thread, exc, start)
+        return [{"checkpoint_id": start, "checkpoint_ns": ns, "next": None, "writes": None,
+                 "status": "damaged", "row": found.row, "error": found.error}]
+    doc = inspection_dict(state)
+    return [{
+        "checkpoint_id": start,
+        "checkpoint_ns": doc["checkpoint_ns"],
+        "parent_checkpoint_id": doc["parent_checkpoint_id"],
+        "step": doc["metadata"].get("step"),
+        "source": doc["metadata"].get("source"),
+        "next": doc["next"],
+        "time": doc["created_at"],
+        "writes": list(dict.fromkeys(w["channel"] for w in doc["pending_writes"])),
+        "metadata": doc["metadata"],
+    }]
 
 
 def _entries(saver: StoreCheckpointer, args: argparse.Namespace, *, metadata_only: bool
@@ -327,9 +364,10 @@ def _show(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "values, metadata, next nodes, status, pending writes and interrupts. Values are "
         "shortened in text; --json prints them whole.",
         example="lgckpt show t-1\n"
-                "lgckpt show t-1 1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21 --json",
+                "lgckpt show t-1:1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21 --json\n"
+                "lgckpt show t-1 1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21",
     )
-    p.add_argument("thread", metavar="THREAD", help="the thread id")
+    p.add_argument("thread", metavar="THREAD", help=_REF_HELP)
     p.add_argument("checkpoint", metavar="CHECKPOINT", nargs="?", help="a checkpoint id "
                    "(default: the newest)")
     p.add_argument("--ns", default="", metavar="NS",
@@ -360,7 +398,8 @@ def inspection_dict(state: Inspection) -> dict[str, Any]:
 
 def run_show(args: argparse.Namespace, out: Output) -> int:
     with open_saver(args.url, write=False, **serde_options(args)) as saver:
-        state = saver.inspect(_config(args.thread, args.ns, args.checkpoint))
+        thread, checkpoint = resolve_ref(saver, args.thread, args.checkpoint, args.ns)
+        state = saver.inspect(_config(thread, args.ns, checkpoint))
     doc = inspection_dict(state)
     if out.json_mode:
         out.json(doc)
@@ -419,13 +458,12 @@ def _diff(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         sub, "diff", help="what changed between two checkpoints",
         description="What changed from checkpoint A to checkpoint B, per channel (message "
         "lists by message id). A and B are THREAD (its newest checkpoint) or "
-        "THREAD:CHECKPOINT_ID, of one thread or of two; a thread id holding ':' is written "
-        "THREAD: for its newest checkpoint.",
+        "THREAD:CHECKPOINT_ID, of one thread or of two.",
         example="lgckpt diff t-1:1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21 t-1\n"
                 "lgckpt diff t-1 t-1-fork --json",
     )
-    p.add_argument("a", metavar="A", help="THREAD or THREAD:CHECKPOINT_ID")
-    p.add_argument("b", metavar="B", help="THREAD or THREAD:CHECKPOINT_ID")
+    p.add_argument("a", metavar="A", help=_REF_HELP)
+    p.add_argument("b", metavar="B", help=_REF_HELP)
     p.set_defaults(run=run_diff)
 
 
@@ -442,9 +480,30 @@ def checkpoint_ref(text: str) -> tuple[str, str | None]:
     return text, None
 
 
+def resolve_ref(saver: StoreCheckpointer, text: str, checkpoint: str | None = None,
+                ns: str = "") -> tuple[str, str | None]:
+    """The (thread id, checkpoint id or None) that a command's THREAD argument names, with
+    `checkpoint` given apart (THREAD CHECKPOINT) or not. `THREAD:CHECKPOINT_ID` is split at
+    the last ':' when the checkpoint is stored in that thread, or when no thread has the whole
+    text as its id (the command then reports what is missing); `THREAD:` is THREAD's newest."""
+    if checkpoint is not None:
+        return text, checkpoint
+    thread, cid = checkpoint_ref(text)
+    if cid is None or _stored(saver, thread, ns, cid) or not saver.sizes(text):
+        return thread, cid
+    return text, None
+
+
+def _stored(saver: StoreCheckpointer, thread: str, ns: str, checkpoint_id: str) -> bool:
+    try:
+        return saver.get_tuple(_config(thread, ns, checkpoint_id)) is not None
+    except DAMAGE:
+        return True  # stored, and the command says it cannot be read
+
+
 def run_diff(args: argparse.Namespace, out: Output) -> int:
-    a, b = checkpoint_ref(args.a), checkpoint_ref(args.b)
     with open_saver(args.url, write=False, **serde_options(args)) as saver:
+        a, b = resolve_ref(saver, args.a), resolve_ref(saver, args.b)
         diff = saver.diff(_config(a[0], "", a[1]), _config(b[0], "", b[1]))
     if out.json_mode:
         out.json(diff.to_dict())
@@ -474,9 +533,10 @@ def _fork(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="A new thread holding THREAD's history up to CHECKPOINT (its newest by "
         "default), marked as a fork of it; THREAD is not touched. Fails with exit code 4 if "
         "the new thread already holds checkpoints.",
-        example="lgckpt fork t-1 1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21 --to t-1-retry",
+        example="lgckpt fork t-1:1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21 --to t-1-retry\n"
+                "lgckpt fork t-1 1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21",
     )
-    p.add_argument("thread", metavar="THREAD", help="the thread to fork")
+    p.add_argument("thread", metavar="THREAD", help=f"the thread to fork: {_REF_HELP}")
     p.add_argument("checkpoint", metavar="CHECKPOINT", nargs="?",
                    help="the fork point (default: the newest checkpoint)")
     p.add_argument("--to", metavar="NEW_THREAD",
@@ -486,14 +546,15 @@ def _fork(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 def run_fork(args: argparse.Namespace, out: Output) -> int:
     with open_saver(args.url, write=True, create=False, **serde_options(args)) as saver:
-        head = saver.fork(_config(args.thread, "", args.checkpoint), args.to)
+        thread, checkpoint = resolve_ref(saver, args.thread, args.checkpoint)
+        head = saver.fork(_config(thread, "", checkpoint), args.to)
     conf = head["configurable"]
-    result = {"source_thread_id": args.thread, "checkpoint_id": conf["checkpoint_id"],
+    result = {"source_thread_id": thread, "checkpoint_id": conf["checkpoint_id"],
               "thread_id": conf["thread_id"]}
     if out.json_mode:
         out.json(result)
     else:
-        out.line(f"forked thread {args.thread!r} at checkpoint {conf['checkpoint_id']} into "
+        out.line(f"forked thread {thread!r} at checkpoint {conf['checkpoint_id']} into "
                  f"thread {conf['thread_id']!r}")
     return OK
 
@@ -579,19 +640,25 @@ def _migrate(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="Rewrite stored checkpoints older than the chain's current state-schema "
         "version (of every thread, or of those named), with their pending writes; each "
         "checkpoint once, logged. A run that was stopped finishes the job when started again. "
+        "Only the chain's own threads (stamped with its name) are rewritten; "
+        "--include-unstamped adds those with no chain name (written before names, or with no "
+        "chain); another chain's threads are skipped, and listed. "
         "--chain names your SchemaChain as MODULE:ATTR, imported from --path (default: the "
         "current directory).",
         example="lgckpt migrate --chain myapp.state:CHAIN --path src --dry-run\n"
+                "lgckpt migrate --chain myapp.state:CHAIN --include-unstamped\n"
                 "lgckpt migrate --chain myapp.state:CHAIN t-1 t-2",
     )
     p.add_argument("threads", metavar="THREAD", nargs="*",
-                   help="the threads to migrate (default: every thread)")
+                   help="the threads to migrate (default: every thread of the chain)")
     p.add_argument("--chain", required=True, metavar="MODULE:ATTR",
                    help="the SchemaChain to apply, e.g. myapp.state:CHAIN")
     p.add_argument("--path", action="append", metavar="DIR",
                    help="a directory to import MODULE from (repeatable; default: .)")
     p.add_argument("--dry-run", action="store_true",
-                   help="report what would change, write nothing")
+                   help="report what would change and the threads skipped, write nothing")
+    p.add_argument("--include-unstamped", action="store_true",
+                   help="also migrate threads stamped with no chain name (and stamp them)")
     p.set_defaults(run=run_migrate)
 
 
@@ -618,7 +685,8 @@ def run_migrate(args: argparse.Namespace, out: Output) -> int:
                 bar.total = p.threads_total
                 bar.update(p.threads_done - bar.done)
 
-            report = saver.migrate_threads(threads, dry_run=args.dry_run, progress=step)
+            report = saver.migrate_threads(threads, dry_run=args.dry_run, progress=step,
+                                           include_unstamped=args.include_unstamped)
     if out.json_mode:
         out.json(report)
     else:
@@ -631,7 +699,10 @@ def _printable_migration(report: MigrationReport) -> MigrationReport:
     return dataclasses.replace(report, changes=[
         dataclasses.replace(c, thread_id=printable(c.thread_id),
                             checkpoint_ns=printable(c.checkpoint_ns))
-        for c in report.changes])
+        for c in report.changes], threads=[printable(t) for t in report.threads], skipped=[
+        dataclasses.replace(s, thread_id=printable(s.thread_id),
+                            schema_name=None if s.schema_name is None else printable(s.schema_name))
+        for s in report.skipped])
 
 
 # -- verify ---------------------------------------------------------------------------------------
@@ -641,8 +712,9 @@ def _verify(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = add_command(
         sub, "verify", help="check threads' audit hash chains (exit 6 on a problem)",
         description="Recompute each checkpoint's audit hash from what is stored and check the "
-        "links to its parent, for threads written with audit=True. Exits with 6 when a "
-        "checkpoint was altered, removed or replaced, or when a thread holds no audit trail.",
+        "links to its parent, for threads written while the store was audited (lgckpt audit). "
+        "Exits with 6 when a checkpoint was altered, removed or replaced, or when a thread "
+        "holds no audit trail.",
         example="lgckpt verify --all\n"
                 "lgckpt verify t-1 --json",
     )
@@ -695,14 +767,23 @@ def run_verify(args: argparse.Namespace, out: Output) -> int:
     if not out.json_mode:
         for report in failed:
             out.lines(str(_printable_audit(report)))
+    offs = [s for s in (reports[0].switches if reports else []) if not s.enabled]
+    if offs and (failed or unaudited):
+        out.note(f"the store's audit was turned off {len(offs)} time(s), last at "
+                 f"{_iso(offs[-1].at)} ({printable(offs[-1].reason)}): checkpoints stored "
+                 "while it was off are not sealed")
     if unaudited:
         out.error(f"{len(unaudited)} thread(s) hold no audit trail ({quoted_names(unaudited)}): they "
-                  "were written with audit off; write with audit=True (e.g. connect(url, "
-                  "audit=True)) to record one")
+                  "were written with audit off; turn it on for the store (lgckpt audit on, or "
+                  "open a checkpointer with audit=True) to record one")
     if failed:
         out.error(f"verification failed for {len(failed)} of {len(rows)} thread(s): "
                   f"{quoted_names([r.thread_id for r in failed])}")
     return VERIFY_FAILED if failed or unaudited else OK
+
+
+def _iso(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _printable_audit(report: AuditReport) -> AuditReport:

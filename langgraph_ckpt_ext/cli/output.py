@@ -19,10 +19,12 @@ import sys
 import threading
 import time
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import date, datetime
 from types import TracebackType
 from typing import IO, Any
+
+from ..core.urls import mask
 
 _BOLD = "\033[1m"
 _RESET = "\033[0m"
@@ -73,33 +75,6 @@ def _json_safe(match: re.Match[str]) -> str:
     return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
-def mask(text: str, secrets: Iterable[str]) -> str:
-    """`text` with each occurrence of each secret shown as `***`; secrets that overlap (two
-    readings of one password) hidden as one run, so that no piece of either shows."""
-    spans = sorted(
-        (at, at + len(secret)) for secret in secrets if secret
-        for at in _occurrences(text, secret)
-    )
-    runs: list[list[int]] = []
-    for start, end in spans:
-        if runs and start <= runs[-1][1]:
-            runs[-1][1] = max(runs[-1][1], end)
-        else:
-            runs.append([start, end])
-    parts, pos = [], 0
-    for start, end in runs:
-        parts += [text[pos:start], "***"]
-        pos = end
-    return "".join(parts) + text[pos:]
-
-
-def _occurrences(text: str, part: str) -> Iterator[int]:
-    at = text.find(part)
-    while at >= 0:
-        yield at
-        at = text.find(part, at + 1)
-
-
 def jsonable(value: Any) -> Any:
     """`value` as plain JSON types: pydantic models (messages included) dumped, dataclasses as
     dicts, dates in ISO 8601, bytes as text where they decode, anything else as its repr."""
@@ -143,7 +118,8 @@ def human_bytes(n: int) -> str:
 
 def cell(column: str, value: Any) -> str:
     """How a table shows a value: `-` for none, sizes (a column named `bytes` or ending in
-    `_bytes`) humanized, times to the second, lists comma-separated, statuses with spaces."""
+    `_bytes`) humanized, times to the second, lists comma-separated, statuses with spaces,
+    other values as JSON (`{"a": null}`)."""
     if value is None or value == "":
         return "-"
     if (column == "bytes" or column.endswith("_bytes")) and isinstance(value, int):
@@ -156,7 +132,10 @@ def cell(column: str, value: Any) -> str:
         return ", ".join(cell("", v) for v in value) or "-"
     if column == "status":
         return printable(str(value).replace("_", " "))
-    return printable(str(value))
+    if isinstance(value, str | int | float):
+        return printable(str(value))
+    plain = jsonable(value)  # a dict, a date, a model: JSON-like, not a Python repr
+    return printable(plain if isinstance(plain, str) else json.dumps(plain, ensure_ascii=False))
 
 
 class Progress:

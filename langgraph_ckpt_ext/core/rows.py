@@ -114,6 +114,17 @@ class MigrationEntry:
         return (self.thread_id, self.checkpoint_ns, self.checkpoint_id, self.to_version)
 
 
+@dataclass(frozen=True, slots=True)
+class AuditSwitch:
+    """Auditing of a store turned on or off (`Store.log_audit_switch`): the store's audit log."""
+
+    enabled: bool
+    at: float
+    """When, in seconds since the epoch (UTC)."""
+    reason: str
+    """Why, as given (who turned it on, or the reason required to turn it off)."""
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class StoredSize:
     """What one part of a thread takes in storage (`Store.sizes`): the rows of one kind, in one

@@ -10,6 +10,10 @@ from __future__ import annotations
 import builtins
 import contextlib
 import copy
+import dataclasses
+import logging
+import os
+import time
 from collections import OrderedDict, defaultdict
 from collections.abc import (
     AsyncIterator,
@@ -58,7 +62,7 @@ from .config import (
 from .errors import InvalidConfigError
 from .filters import matches, validate_filter
 from .lifetime import store_lifetime
-from .rows import BlobRef, BlobRow, CheckpointRow, ListQuery, StoredSize, WriteRow
+from .rows import AuditSwitch, BlobRef, BlobRow, CheckpointRow, ListQuery, StoredSize, WriteRow
 from .store import BatchItem, BlobKey, Store
 from .versions import (
     Version,
@@ -73,10 +77,12 @@ from .versions import (
 if TYPE_CHECKING:
     from ..migrations import SchemaChain
     from ..migrations.runner import MigrationProgress, MigrationReport
-    from ..timetravel.audit import Auditor, AuditReport
+    from ..timetravel.audit import Auditor, AuditReport, AuditStatus
     from .rows import MigrationEntry
 
 T = TypeVar("T")
+
+_audit_logger = logging.getLogger("langgraph_ckpt_ext.audit")
 
 _PAGE = 32  # rows decoded together by `list` and by the delta-channel walk
 
@@ -181,10 +187,18 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         schema_chain: the state schema's version and upcasters (`SchemaChain`): checkpoints
             are stamped with its current version, older ones are upgraded when read, and
             `migrate_threads` rewrites them in storage.
-        audit: chain a hash through every checkpoint stored (`metadata["audit"]`), so that
-            `verify` finds stored checkpoints altered, deleted or replaced since (see
-            `langgraph_ckpt_ext.timetravel.audit`).
+        audit: turn auditing on for the store (recorded in it, see `enable_audit`): every
+            checkpointer that writes to it, whatever its own `audit`, then chains a hash
+            through each checkpoint it stores (`metadata["audit"]`), so that `verify` finds
+            stored checkpoints altered, deleted or replaced since (see
+            `langgraph_ckpt_ext.timetravel.audit`). False turns nothing off: that is
+            `disable_audit(reason=...)`.
     """
+
+    _where = ""  # what `repr` shows of where it stores: a path, a URL without its password
+    audit_refresh: float = 1.0
+    """Seconds this checkpointer trusts the store's audit setting it read last: a write finding
+    an older reading reads it again (0: before every write). It is read at `setup()` too."""
 
     def __init__(
         self,
@@ -200,11 +214,13 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     ) -> None:
         super().__init__(serde=loading_serde(serde, unsafe_allow_any_class=unsafe_allow_any_class))
         self.schema_chain = schema_chain
-        self._auditor: Auditor | None = None
-        if audit:  # imported here: the time-travel package imports this module
-            from ..timetravel.audit import Auditor
+        # imported here: the time-travel package imports this module
+        from ..timetravel.audit import Auditor
 
-            self._auditor = Auditor(store)
+        self._auditor: Auditor = Auditor(store)
+        self._audit_want = bool(audit)  # turn the store's auditing on at the first reading
+        self._audit_on: bool | None = None  # the store's setting as read last (None: not yet)
+        self._audit_read_at = 0.0
         self._upgrades_stored: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
         self._store = store
         # A store that resolves blobs server-side needs each row's channel versions.
@@ -289,7 +305,8 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        put = await self._prepare_put(config, checkpoint, metadata, new_versions)
+        seal = await self._audited()
+        put = await self._prepare_put(config, checkpoint, metadata, new_versions, seal=seal)
         fell_back = await self._store.write_checkpoint(put.row, put.blobs)
         self._stored(put, fell_back)
         return make_config(put.row.thread_id, put.row.checkpoint_ns, put.row.checkpoint_id)
@@ -301,12 +318,16 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
         portable: bool = False,
+        *,
+        seal: bool = False,
     ) -> _PreparedPut:
-        """A checkpoint as the rows to store, and what to remember once they are stored."""
+        """A checkpoint as the rows to store (`seal`: with an audit record), and what to
+        remember once they are stored."""
         md = get_serializable_checkpoint_metadata(config, metadata)
         thread_id, ns, checkpoint_id, parent_id = put_ids(config, checkpoint, md, new_versions)
-        if self.schema_chain is not None:
-            md["schema_version"] = self.schema_chain.current  # type: ignore[typeddict-unknown-key]
+        if self.schema_chain is not None:  # the stamp is the chain's: an unnamed one sets none
+            md.pop("schema_name", None)  # type: ignore[typeddict-item]
+            md.update(self.schema_chain.stamp())  # type: ignore[typeddict-item]
         checkpoint, upgraded = _store_upgraded(checkpoint, new_versions)
         header = codec.encode_header(self.serde, checkpoint)
         blobs, plans = codec.encode_blobs(
@@ -318,7 +339,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         if isinstance(md.get("audit"), dict) and "hash" in md["audit"]:  # type: ignore[typeddict-item]
             md.pop("audit")  # type: ignore[typeddict-item]
         sealed = None
-        if self._auditor is not None:
+        if seal:
             sealed = await self._auditor.seal(
                 self.serde, (thread_id, ns, checkpoint_id, parent_id), header,
                 md, checkpoint, codec.blob_keys(new_versions), blobs,
@@ -344,7 +365,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     def _stored(self, put: _PreparedPut, fell_back: Collection[str], planned: bool = True) -> None:
         """Remember what a stored checkpoint holds (`planned`: its append plans still need
         committing to the log)."""
-        if self._auditor is not None and put.sealed is not None:
+        if put.sealed is not None:
             self._auditor.stored(put.sealed)
         for key in put.marks:  # stored now: later checkpoints holding the same mark skip it
             self._upgrades_stored[key] = None
@@ -376,23 +397,25 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     async def aprepare_batch(
         self, ops: Sequence[tuple[Any, ...]], *, portable: bool = False
     ) -> PreparedBatch | None:
-        """`aput_batch`'s ops as rows, not yet written (None when this checkpointer keeps an
-        audit trail: its records must be sealed one by one as stored).
+        """`aput_batch`'s ops as rows, not yet written. None when the store is audited (its
+        records are sealed one by one as stored), unless the batch is `portable` with one
+        checkpoint at most: that one is sealed as `aput` would (a replicated write).
 
         Batches are written with `awrite_prepared`, several at once if need be: a batch
         written again with a later one (while its own write is still out) makes the later
         write stand for both, so that it never waits for the earlier one to come back.
         `portable`: rows any of our stores can take (`awrite_rows`), not only this one.
         """
-        if self._auditor is not None:
+        audited = await self._audited()
+        if audited and not (portable and sum(op[0] == "put" for op in ops) <= 1):
             return None
-        batch = PreparedBatch([], [], set())
+        batch = PreparedBatch([], [], set(), audited)
         try:
             for op in ops:
                 if op[0] == "put":
                     _, config, checkpoint, metadata, new_versions = op
                     put = await self._prepare_put(
-                        config, checkpoint, metadata, new_versions, portable)
+                        config, checkpoint, metadata, new_versions, portable, seal=audited)
                     batch.items.append((put.row, put.blobs))
                     batch.puts.append(put)
                     row = put.row
@@ -423,8 +446,11 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         the backend allows). Every row is an upsert, so a batch written twice (here and by a
         write of its own still out) stores the same rows."""
         items = [item for b in batches for item in b.items]
+        # An audited batch's writes, as `aput_writes` stores them (a child's seal covers them).
+        writes = [w for b in batches if b.audited for i in b.items if isinstance(i, list) for w in i]
         try:
-            fell_back = await self._store.write_batch(items) if items else []
+            with self._auditor.writing(writes):
+                fell_back = await self._store.write_batch(items) if items else []
         except BaseException:
             for thread_id in {t for b in batches for t in b.threads}:
                 self._log.forget(thread_id)
@@ -452,13 +478,15 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     def rows_compatible(self, other: BaseCheckpointSaver[Any]) -> bool:
         """Whether rows this checkpointer makes can be stored by `other` as they are: both
         ours, with LangGraph's own serializer (an encrypting one, say, would differ), and
-        neither keeping an audit trail (whose records are sealed as each row is stored)."""
+        neither store known to be audited (an audited store seals each row as stored), as
+        last read: this reads nothing, so an unreachable store can be asked.
+        """
         return (
             isinstance(other, StoreCheckpointer)
             and type(self.serde) is JsonPlusSerializer
             and type(other.serde) is JsonPlusSerializer
-            and self._auditor is None
-            and other._auditor is None
+            and not (self._audit_want or self._audit_on)
+            and not (other._audit_want or other._audit_on)
         )
 
     def _upgraded_blobs(
@@ -483,7 +511,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         task_path: str = "",
     ) -> None:
         rows = self._encode_writes(config, writes, task_id, task_path)
-        if rows and self._auditor is not None:
+        if rows and await self._audited():
             with self._auditor.writing(rows):
                 await self._store.write_writes(rows)
         elif rows:
@@ -553,10 +581,13 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         Channels whose value the upgrade changed or added get a fresh version marked as not
         stored (`upgraded_version`): the next `put` of a checkpoint that still holds them
         stores them, so a thread resumed from here keeps its upgraded values."""
+        from ..migrations import compare, stored_schema_name
+
+        if not chain.owns(stored_schema_name(tup.metadata, tup.checkpoint["id"])):
+            return tup  # another chain's: its versions mean nothing to this one
         stored = stored_schema_version(tup.metadata, chain, tup.checkpoint["id"])
         if not chain.needs(stored):
             return tup
-        from ..migrations import compare
 
         old = tup.checkpoint["channel_values"]
         values = chain.upgrade(old, stored)
@@ -724,6 +755,22 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         target = check_id(target_thread_id, "target_thread_id", required=True)
         await self._store.copy_thread(source, target)
         self._log.forget(target)
+        if await self._audited():  # the copied records are bound to the source's thread id
+            await self._reseal(target)
+
+    async def _reseal(self, thread_id: str) -> None:
+        """Seal a thread's stored checkpoints again, as one batch (a copy of another's)."""
+        rows = [r async for r in self._store.iter_checkpoints(ListQuery(thread_id=thread_id))]
+        items: builtins.list[BatchItem] = []
+        for row, record in await self._auditor.reseal(self.serde, rows):
+            what = f"metadata of checkpoint {row.checkpoint_id!r}"
+            md = {**self._metadata(row), "audit": record}
+            versions = (codec.blob_keys(self._header(row)["channel_versions"])
+                        if self._row_versions else None)
+            items.append((dataclasses.replace(
+                row, metadata=codec.dumps(self.serde, md, what), versions=versions), []))
+        if items:
+            await self._store.write_batch(items)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         ids = check_ids(run_ids, "run_id")
@@ -856,18 +903,30 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         dry_run: bool = False,
         progress: Callable[[MigrationProgress], None] | None = None,
         concurrency: int = 4,
+        include_unstamped: bool = False,
     ) -> MigrationReport:
         """Rewrite stored checkpoints older than `schema_chain.current` (of every thread, or of
         `thread_ids`) to the current version: values, channel versions and pending writes.
+
+        Only the chain's own threads are rewritten: those whose newest checkpoint with a chain
+        name carries `schema_chain.name`. `include_unstamped=True` adds the threads with no
+        name at all (written with no chain, or before chains had names), which are then
+        stamped with the name; an unnamed chain needs it. A thread of another chain's name is
+        never touched. Skipped threads are counted and listed in the report.
 
         Each checkpoint is rewritten and logged in one atomic step, at most once per version,
         so a run that was interrupted finishes the job when started again; a second run finds
         nothing to do. `dry_run` reports what would change without writing. `progress` is
         called after each thread with a `MigrationProgress`.
+
+        Raises:
+            InvalidConfigError: no `schema_chain`, or an unnamed one without
+                `include_unstamped=True`.
         """
         return self._sync(
             self.amigrate_threads(
-                thread_ids, dry_run=dry_run, progress=progress, concurrency=concurrency
+                thread_ids, dry_run=dry_run, progress=progress, concurrency=concurrency,
+                include_unstamped=include_unstamped,
             )
         )
 
@@ -878,6 +937,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         dry_run: bool = False,
         progress: Callable[[MigrationProgress], None] | None = None,
         concurrency: int = 4,
+        include_unstamped: bool = False,
     ) -> MigrationReport:
         from ..migrations.runner import migrate_threads
 
@@ -893,6 +953,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         return await migrate_threads(
             self, self.schema_chain, thread_ids,
             dry_run=dry_run, progress=progress, concurrency=concurrency,
+            include_unstamped=include_unstamped,
         )
 
     def migration_log(self, thread_id: str | None = None) -> builtins.list[MigrationEntry]:
@@ -923,6 +984,70 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         return await verify_thread(
             self._store, self.serde, check_id(thread_id, "thread_id", required=True))
 
+    def audit_status(self) -> AuditStatus:
+        """Whether the store is audited, with its audit log (each time auditing was turned on
+        or off, when and why), read from the store now."""
+        return self._sync(self.aaudit_status())
+
+    async def aaudit_status(self) -> AuditStatus:
+        from ..timetravel.audit import AuditStatus
+
+        log = await self._store.read_audit_log()
+        self._audit_on, self._audit_read_at = bool(log) and log[-1].enabled, time.monotonic()
+        return AuditStatus(self._audit_on, log)
+
+    def enable_audit(self, *, reason: str = "enable_audit()") -> AuditStatus:
+        """Turn auditing on for the store, recorded in it (nothing new if it is on already):
+        from then on every checkpointer writing to it seals what it stores, each from its
+        next reading of the setting (see `audit_refresh`). `audit=True` does this on open."""
+        return self._sync(self.aenable_audit(reason=reason))
+
+    async def aenable_audit(self, *, reason: str = "enable_audit()") -> AuditStatus:
+        return await self._switch_audit(True, _reason(reason, "enable_audit"))
+
+    def disable_audit(self, *, reason: str) -> AuditStatus:
+        """Turn the store's auditing off: an explicit act, logged as a warning and recorded in
+        the store (when, `reason`), where `verify` reports it. Checkpoints stored from then on
+        are not sealed; those stored before stay verifiable. Raises `InvalidConfigError`
+        without a reason.
+
+        Example:
+            >>> checkpointer.disable_audit(reason="bulk re-import, ticket 4711")  # doctest: +SKIP
+        """
+        return self._sync(self.adisable_audit(reason=reason))
+
+    async def adisable_audit(self, *, reason: str) -> AuditStatus:
+        return await self._switch_audit(False, _reason(reason, "disable_audit"))
+
+    async def _switch_audit(self, enabled: bool, reason: str) -> AuditStatus:
+        status = await self.aaudit_status()
+        if status.enabled == enabled:
+            return status
+        if not enabled:
+            _audit_logger.warning(
+                "audit trail turned off for the store of %s: %s; checkpoints stored from now on "
+                "are not sealed", type(self).__name__, reason)
+        await self._store.log_audit_switch(AuditSwitch(enabled, time.time(), reason))
+        return await self.aaudit_status()
+
+    async def _audited(self) -> bool:
+        """Whether the store is audited: its setting as read at most `audit_refresh` seconds
+        ago, else read now."""
+        if self._audit_on is None or time.monotonic() - self._audit_read_at >= self.audit_refresh:
+            await self._read_audit()
+        return bool(self._audit_on)
+
+    async def _read_audit(self) -> None:
+        """Read the store's audit setting; the first reading turns it on if `audit=True` (once:
+        an explicit `disable_audit` later is not undone by this checkpointer)."""
+        if self._audit_want:
+            self._audit_want = False
+            await self._switch_audit(
+                True, f"audit=True ({type(self).__name__}, pid {os.getpid()})")
+            return
+        last = await self._store.read_audit_log(last=True)
+        self._audit_on, self._audit_read_at = bool(last) and last[-1].enabled, time.monotonic()
+
     # -- lifecycle --------------------------------------------------------------------------
 
     def setup(self) -> int:
@@ -931,7 +1056,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         return self._sync(self.asetup())
 
     async def asetup(self) -> int:
-        return await self._store.migrate()
+        version = await self._store.migrate()
+        await self._read_audit()
+        return version
 
     def _setup_or_close(self) -> None:
         """`setup()` for a constructor: one that fails closes what it opened (its caller never
@@ -961,6 +1088,9 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         if self._lifetime is not None:  # closed by its owner: nothing to release when dropped
             self._lifetime.closed()
 
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._where}>" if self._where else super().__repr__()
+
     def __enter__(self: T) -> T:
         return self
 
@@ -986,6 +1116,8 @@ class PreparedBatch:
     items: builtins.list[BatchItem]
     puts: builtins.list[_PreparedPut]
     threads: set[str]
+    audited: bool = False
+    """Its checkpoint is sealed: its writes are recorded for the child's seal."""
 
     def rows(self) -> builtins.list[BatchItem]:
         """The rows alone, for another store (`awrite_rows`): plain data that pickles, an
@@ -1032,6 +1164,14 @@ def _list_query(config: RunnableConfig | None, before: RunnableConfig | None) ->
         checkpoint_id=checkpoint_id_of(config) if config else None,
         before=checkpoint_id_of(before) if before else None,
     )
+
+
+def _reason(reason: object, call: str) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidConfigError(
+            f"{call} needs a reason (reason='...'), recorded in the store's audit log; got "
+            f"{reason!r}")
+    return reason.strip()
 
 
 def _check_strategy(strategy: str) -> None:

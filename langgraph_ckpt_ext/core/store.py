@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequ
 from typing import Protocol
 
 from .rows import (
+    AuditSwitch,
     BlobRef,
     BlobRow,
     CheckpointRow,
@@ -150,6 +151,15 @@ class Store(Protocol):
     async def read_migrations(self, thread_id: str | None = None) -> list[MigrationEntry]:
         """The logged migrations of one thread, or of all, ordered by (migrated_at, thread_id,
         checkpoint_ns, checkpoint_id). Deleting a thread deletes its entries."""
+        ...
+
+    async def read_audit_log(self, last: bool = False) -> list[AuditSwitch]:
+        """The store's audit switches, oldest first (`last`: only the newest, if any). Empty
+        where auditing was never turned on, also for storage older than the log."""
+        ...
+
+    async def log_audit_switch(self, switch: AuditSwitch) -> None:
+        """Append a switch to the store's audit log (the newest is the store's setting)."""
         ...
 
     async def sizes(self, thread_id: str) -> list[StoredSize]:

@@ -14,8 +14,16 @@ to the current one, and applies the steps a stored version needs:
     chain.upgrade({"objective": "x"}, stored=1)  # -> {"goal": "x"}, at version 2
 
 Give the chain to a checkpointer (`SQLiteCheckpointer(path, schema_chain=chain)`, the same on
-every backend) and it stamps each checkpoint it writes with `chain.current`, upgrades older
-checkpoints when they are read, and rewrites stored threads on `migrate_threads()`.
+every backend) and it stamps each checkpoint it writes with `chain.current` (metadata
+`schema_version`) and `chain.name` (`schema_name`), upgrades older checkpoints when they are
+read, and rewrites stored threads on `migrate_threads()`.
+
+The name says which threads the chain owns, where graphs with different state schemas share a
+store: `SchemaChain(3, {...}, name="support")`. A checkpoint stamped with another name (any
+name, for a chain without one) is never upgraded, on read or by `migrate_threads`. A
+checkpoint with no name (written with no chain, by a release before names, or by an unnamed
+chain) counts as the chain's own when read; eager migration takes such threads only when asked
+(`include_unstamped=True`), and stamps them with the name then.
 
 Upcasters see and return only the state's channels: LangGraph's own (`__start__`,
 `__interrupt__`, `branch:to:node`, ...: a name starting with `__` or holding `:`) pass through
@@ -44,6 +52,9 @@ WriteUpcaster = Callable[[str, Any], Iterable[tuple[str, Any]]]
 
 _NO_BASE = object()
 START_CHANNEL = "__start__"
+VERSION_KEY = "schema_version"
+NAME_KEY = "schema_name"
+"""The metadata keys a checkpointer with a chain stamps on each checkpoint it writes."""
 
 
 def is_reserved(channel: str) -> bool:
@@ -83,6 +94,9 @@ class SchemaChain:
             values at n + 1 (a function, or a `Step`); every version from the lowest to
             `current - 1` must have one.
         first: the oldest version data may be stored at (default: the lowest key, or `current`).
+        name: what the chain owns, stamped with the version on every checkpoint written under
+            it (a graph's or a state schema's name). Without one, threads are upgraded when
+            read, and `migrate_threads` needs `include_unstamped=True`.
     """
 
     def __init__(
@@ -91,7 +105,12 @@ class SchemaChain:
         upcasters: Mapping[int, Upcaster | Step] | Iterable[tuple[int, Upcaster | Step]] | None = None,
         *,
         first: int | None = None,
+        name: str | None = None,
     ) -> None:
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise SchemaVersionError(
+                f"a chain's name must be a non-empty string (a graph's name), got {name!r}"
+            )
         pairs = list(upcasters.items() if isinstance(upcasters, Mapping) else upcasters or ())
         steps: dict[int, Step] = {}
         for version, fn in pairs:
@@ -113,6 +132,7 @@ class SchemaChain:
             if not callable(fn.values) or not (fn.writes is None or callable(fn.writes)):
                 raise SchemaVersionError(f"upcaster from version {version} is not callable")
         self.current = current
+        self.name = name
         self.first = min(steps, default=current) if first is None else first
         missing = [v for v in range(self.first, current) if v not in steps]
         if missing:
@@ -124,7 +144,17 @@ class SchemaChain:
         self._bases: dict[int, Any] = {}
 
     def __repr__(self) -> str:
-        return f"SchemaChain(current={self.current}, first={self.first})"
+        named = "" if self.name is None else f", name={self.name!r}"
+        return f"SchemaChain(current={self.current}, first={self.first}{named})"
+
+    def stamp(self) -> dict[str, Any]:
+        """The metadata a checkpoint written under this chain carries."""
+        return {VERSION_KEY: self.current, **({} if self.name is None else {NAME_KEY: self.name})}
+
+    def owns(self, stored_name: str | None) -> bool:
+        """Whether a checkpoint stamped with `stored_name` (None: no name) is this chain's to
+        upgrade when read: unnamed ones are, as before names existed."""
+        return stored_name is None or stored_name == self.name
 
     def check(self, stored: int) -> None:
         """Raise unless values stored at `stored` can be upgraded to `current`."""
@@ -215,7 +245,17 @@ class SchemaChain:
         return stored < self.current
 
 
+def stored_schema_name(metadata: Mapping[str, Any], checkpoint_id: str) -> str | None:
+    """The chain name a checkpoint was stamped with (None: none)."""
+    name = metadata.get(NAME_KEY)
+    if name is not None and not isinstance(name, str):
+        raise SchemaVersionError(
+            f"checkpoint {checkpoint_id!r} has schema_name {name!r} in its metadata, not a string"
+        )
+    return name
+
+
 __all__ = [
-    "SchemaChain", "SchemaVersionError", "Step", "Upcaster", "WriteUpcaster", "compare",
-    "is_reserved",
+    "NAME_KEY", "VERSION_KEY", "SchemaChain", "SchemaVersionError", "Step", "Upcaster",
+    "WriteUpcaster", "compare", "is_reserved", "stored_schema_name",
 ]

@@ -5,6 +5,9 @@ that also logs it; the log's key (thread, namespace, checkpoint, target version)
 rewrite of the same checkpoint a no-op. A run that was killed therefore resumes where it stopped
 when started again: what is done is stamped with the current version and skipped, and nothing
 is migrated twice.
+
+A run rewrites only the threads its chain owns (see `migrate_threads`); the others are
+counted and listed as skipped, by reason.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +23,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP
 
 from ..core import codec
 from ..core.appendlog import AppendLog
+from ..core.errors import InvalidConfigError
 from ..core.rows import CheckpointRow, ListQuery, MigrationEntry, WriteRow
 from ..core.versions import Version, next_version
 
@@ -56,16 +60,38 @@ class MigrationProgress:
     thread_id: str
 
 
+OTHER_CHAIN = "other chain"
+UNSTAMPED = "unstamped"
+
+
+@dataclass(frozen=True)
+class SkippedThread:
+    """A thread a migration left alone: `reason` is "other chain" (stamped with another
+    chain's name, `schema_name`) or "unstamped" (no name; see `include_unstamped`)."""
+
+    thread_id: str
+    reason: str
+    schema_name: str | None
+
+
 @dataclass
 class MigrationReport:
     """The outcome of `migrate_threads`."""
 
     dry_run: bool
     to_version: int
+    chain_name: str | None = None
     threads_seen: int = 0
-    """Threads looked at (with at least one checkpoint)."""
+    """Threads looked at (with at least one checkpoint), skipped ones included."""
     threads_migrated: int = 0
     """Threads with a checkpoint rewritten (or, in a dry run, to rewrite)."""
+    threads: list[str] = field(default_factory=list)
+    """Their ids, sorted."""
+    threads_skipped_other: int = 0
+    """Threads of another chain's name: never touched."""
+    threads_skipped_unstamped: int = 0
+    """Threads with no chain name, left alone without `include_unstamped`."""
+    skipped: list[SkippedThread] = field(default_factory=list)
     checkpoints_migrated: int = 0
     checkpoints_current: int = 0
     """Checkpoints already at the current version, left alone."""
@@ -75,14 +101,34 @@ class MigrationReport:
     seconds: float = 0.0
     changes: list[CheckpointChange] = field(default_factory=list)
 
+    def skip(self, thread_id: str, schema_name: str | None) -> None:
+        """Count a thread left alone: of chain `schema_name`, or unstamped (None)."""
+        reason = UNSTAMPED if schema_name is None else OTHER_CHAIN
+        self.skipped.append(SkippedThread(thread_id, reason, schema_name))
+        if schema_name is None:
+            self.threads_skipped_unstamped += 1
+        else:
+            self.threads_skipped_other += 1
+
     def summary(self) -> str:
         verb = "would migrate" if self.dry_run else "migrated"
+        of_chain = "" if self.chain_name is None else f" of chain {self.chain_name!r}"
         lines = [
             f"{verb} {self.checkpoints_migrated} checkpoint(s) of {self.threads_migrated} "
-            f"thread(s) to schema version {self.to_version} ({self.threads_seen} thread(s) "
-            f"seen, {self.checkpoints_current} checkpoint(s) already current, "
+            f"thread(s) to schema version {self.to_version}{of_chain} ({self.threads_seen} "
+            f"thread(s) seen, {self.checkpoints_current} checkpoint(s) already current, "
             f"{self.writes_migrated} pending write(s) upgraded) in {self.seconds:.2f} s"
         ]
+        if self.threads:
+            lines.append(f"  threads: {_some(self.threads)}")
+        other = sorted(f"{s.thread_id} ({s.schema_name!r})" for s in self.skipped
+                       if s.reason == OTHER_CHAIN)
+        if other:
+            lines.append(f"  skipped {len(other)} thread(s) of other chains: {_some(other)}")
+        bare = sorted(s.thread_id for s in self.skipped if s.reason == UNSTAMPED)
+        if bare:
+            lines.append(f"  skipped {len(bare)} unstamped thread(s) (include_unstamped=True, "
+                         f"--include-unstamped, migrates them): {_some(bare)}")
         for c in self.changes[:20]:
             parts = [f"+{', +'.join(c.added)}" if c.added else "",
                      f"-{', -'.join(c.removed)}" if c.removed else "",
@@ -96,6 +142,11 @@ class MigrationReport:
         return "\n".join(lines)
 
 
+def _some(ids: list[str], most: int = 20) -> str:
+    more = f", ... and {len(ids) - most} more" if len(ids) > most else ""
+    return ", ".join(ids[:most]) + more
+
+
 async def migrate_threads(
     saver: StoreCheckpointer,
     chain: SchemaChain,
@@ -104,8 +155,21 @@ async def migrate_threads(
     dry_run: bool = False,
     progress: Callable[[MigrationProgress], None] | None = None,
     concurrency: int = 4,
+    include_unstamped: bool = False,
 ) -> MigrationReport:
-    report = MigrationReport(dry_run=dry_run, to_version=chain.current)
+    """See `StoreCheckpointer.migrate_threads`."""
+    if not isinstance(include_unstamped, bool):
+        raise InvalidConfigError(
+            f"include_unstamped is True or False, got {include_unstamped!r}"
+        )
+    if chain.name is None and not include_unstamped:
+        raise InvalidConfigError(
+            "this SchemaChain has no name, so no stored thread is stamped as its own: name it "
+            "(SchemaChain(..., name='my-graph')) to migrate the threads written under it, or "
+            "pass include_unstamped=True (lgckpt: --include-unstamped) to migrate the threads "
+            "stamped with no chain name"
+        )
+    report = MigrationReport(dry_run=dry_run, to_version=chain.current, chain_name=chain.name)
     started = time.perf_counter()
     if thread_ids is None:
         threads = await saver._store.thread_ids()
@@ -117,7 +181,7 @@ async def migrate_threads(
     async def worker() -> None:
         nonlocal done
         for thread_id in pending:
-            await _migrate_thread(saver, chain, thread_id, dry_run, report)
+            await _migrate_thread(saver, chain, thread_id, dry_run, include_unstamped, report)
             done += 1
             if progress is not None:
                 progress(MigrationProgress(
@@ -128,8 +192,21 @@ async def migrate_threads(
         await worker()
     else:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
+    report.threads.sort()
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _owner(metadata: Sequence[Mapping[str, Any]], rows: list[CheckpointRow]) -> str | None:
+    """The chain name on a thread's newest named checkpoint (rows come newest first): a run
+    killed halfway through a thread has stamped its oldest checkpoints, so it still owns it."""
+    from . import stored_schema_name
+
+    for md, row in zip(metadata, rows, strict=True):
+        name = stored_schema_name(md, row.checkpoint_id)
+        if name is not None:
+            return name
+    return None
 
 
 async def _migrate_thread(
@@ -137,20 +214,29 @@ async def _migrate_thread(
     chain: SchemaChain,
     thread_id: str,
     dry_run: bool,
+    include_unstamped: bool,
     report: MigrationReport,
 ) -> None:
     """Rewrite a thread's old checkpoints, oldest first, so that a list value growing along the
     thread is stored as append-deltas on the one rewritten before it, as `put` stores it."""
     from ..core.saver import stored_schema_version
-    from . import compare
+    from . import compare, stored_schema_name
 
     store = saver._store
     rows = [r async for r in store.iter_checkpoints(ListQuery(thread_id=thread_id))]
-    if rows:
-        report.threads_seen += 1
+    if not rows:
+        return
+    report.threads_seen += 1
+    metadata = [saver._metadata(r) for r in rows]
+    owner = _owner(metadata, rows)
+    if not (include_unstamped if owner is None else owner == chain.name):
+        report.skip(thread_id, owner)
+        return
     todo: list[tuple[CheckpointRow, int]] = []
-    for row in reversed(rows):
-        stored = stored_schema_version(saver._metadata(row), chain, row.checkpoint_id)
+    for row, meta in zip(reversed(rows), reversed(metadata), strict=True):
+        if not chain.owns(stored_schema_name(meta, row.checkpoint_id)):
+            continue  # another chain's checkpoint in a thread this one took over: not ours
+        stored = stored_schema_version(meta, chain, row.checkpoint_id)
         if chain.needs(stored):
             todo.append((row, stored))
         else:
@@ -194,7 +280,7 @@ async def _migrate_thread(
                 report.writes_migrated += n_writes
                 continue
             blobs, plans = codec.encode_blobs(saver.serde, log, thread_id, ns, values, to_store)
-            md = {**tup.metadata, "schema_version": chain.current}
+            md = {**tup.metadata, **chain.stamp()}
             new_row = replace(
                 row,
                 checkpoint=codec.dumps(
@@ -219,6 +305,7 @@ async def _migrate_thread(
                 last.clear()
     if migrated:
         report.threads_migrated += 1
+        report.threads.append(thread_id)
     if migrated and not dry_run:
         # Values the rewrite replaced are read by no checkpoint any more.
         await store.delete_checkpoints(thread_id, [], saver._plan_gc)
@@ -260,4 +347,6 @@ def _upgraded_writes(
     return out, upgraded
 
 
-__all__ = ["CheckpointChange", "MigrationProgress", "MigrationReport", "migrate_threads"]
+__all__ = [
+    "CheckpointChange", "MigrationProgress", "MigrationReport", "SkippedThread", "migrate_threads",
+]

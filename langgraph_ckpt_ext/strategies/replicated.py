@@ -49,7 +49,9 @@ from ..core.errors import (
 )
 from ..core.filters import validate_filter
 from ..core.lifetime import Lifetime
+from ..core.opening import Opening
 from ..core.saver import PreparedBatch, StoreCheckpointer
+from ..core.urls import parse_url
 from ..timetravel.methods import TimeTravel
 from ._forward import Forwarded, not_forwarded, store_method
 
@@ -695,6 +697,51 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
             self._repairer.start()
         self._lifetime = Lifetime(type(self).__name__, functools.partial(
             _wind_down, self._replicas, self._replicator, self._closed))
+        self._owned: StoreCheckpointer | None = None  # the primary `from_conn_string` opened
+
+    @classmethod
+    def from_conn_string(
+        cls,
+        primary: str,
+        replicas: Sequence[BaseCheckpointSaver[Any] | str | tuple[str, dict[str, Any]]],
+        consistency: Consistency = "async",
+        *,
+        connect_options: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Opening[ReplicatedCheckpointer]:
+        """A `ReplicatedCheckpointer` whose primary is what `connect(primary)` opens, for
+        `with` or `async with`: on exit, what is queued is applied and the primary closed
+        (with the replicas given as URLs; replicas given as objects stay the caller's).
+
+        Args:
+            primary: a URL for `connect`, with its query options.
+            replicas, consistency, options: as for the constructor.
+            connect_options: keyword options for `connect` (the primary's).
+
+        Example:
+            >>> with ReplicatedCheckpointer.from_conn_string(  # doctest: +SKIP
+            ...         "postgresql://db/app", ["sqlite:///replica.db"]) as cp:
+            ...     graph = builder.compile(checkpointer=cp)
+        """
+        parse_url(primary)  # a wrong URL is refused here, before anything opens
+        specs = [_replica_spec(r) for r in replicas]
+
+        def open_sync() -> ReplicatedCheckpointer:
+            from ..connect import connect
+
+            saver = connect(primary, **(connect_options or {}))
+            try:
+                cp = cls(saver, specs, consistency, **options)
+            except BaseException:
+                saver.close()
+                raise
+            cp._owned = saver
+            return cp
+
+        async def open_async() -> ReplicatedCheckpointer:
+            return await asyncio.to_thread(open_sync)
+
+        return Opening(open_sync, open_async)
 
     @property
     def replicas(self) -> list[BaseCheckpointSaver[Any]]:
@@ -1349,6 +1396,9 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
                 r.close()
         if self._repairer is not None and self._repairer is not threading.current_thread():
             self._repairer.join(timeout=5)  # before the caller closes the stores it reads
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            owned.close()
 
     async def aclose(self, timeout: float | None = 30.0) -> None:
         await asyncio.to_thread(self.close, timeout)
@@ -1428,14 +1478,20 @@ def _replica_spec(r: Any) -> Any:
         r = (r, {})
     if (isinstance(r, tuple) and len(r) == 2 and isinstance(r[0], str)
             and isinstance(r[1], dict)):
-        scheme = r[0].partition("://")[0]
-        if scheme not in ("sqlite", "postgres", "postgresql", "redis", "rediss"):
+        try:
+            parsed = parse_url(r[0])  # refused here, not in the replicator process
+            parsed.arguments(r[1])
+        except InvalidConfigError as exc:
+            raise InvalidConfigError(f"replica URL: {exc}") from None
+        if parsed.backend == "memory":
             raise InvalidConfigError(
                 f"a replica URL must be sqlite:///..., postgresql://... or redis://..., got "
-                f"{r[0]!r} (a memory:// replica in another process would be lost with it)")
+                f"{parsed.redacted!r} (a memory:// replica in another process would be lost "
+                "with it)")
         return r
+    what = "a tuple that is not (url, options)" if isinstance(r, tuple) else repr(r)
     raise InvalidConfigError(
-        f"each replica must be a BaseCheckpointSaver, a URL or (url, options), got {r!r}")
+        f"each replica must be a BaseCheckpointSaver, a URL or (url, options), got {what}")
 
 
 # -- listing helpers --------------------------------------------------------------------------

@@ -53,7 +53,9 @@ from ..core.errors import InvalidConfigError
 from ..core.filters import matches, validate_filter
 from ..core.lifetime import Lifetime
 from ..core.lru import SizedLRU
+from ..core.opening import Opening
 from ..core.saver import StoreCheckpointer
+from ..core.urls import parse_url
 from ..core.versions import version_key
 from ..timetravel.history import next_nodes
 from ..timetravel.methods import TimeTravel
@@ -323,7 +325,44 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
         self._metrics = Metrics()
         self._timer = _Timer()
         self._lifetime = Lifetime(type(self).__name__, self._timer.stop)
+        self._owned: StoreCheckpointer | None = None  # an inner one `from_conn_string` opened
         _live.add(self)
+
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str, policy: Policy | None = None, *,
+        connect_options: Mapping[str, Any] | None = None, **options: Any,
+    ) -> Opening[SmartCheckpointer]:
+        """A `SmartCheckpointer` over the checkpointer `connect(conn_string)` opens, for `with`
+        or `async with`: on exit, what is buffered is written and that checkpointer closed.
+
+        Args:
+            conn_string: a URL for `connect`, with its query options.
+            policy, options: as for the constructor.
+            connect_options: keyword options for `connect`.
+
+        Example:
+            >>> with SmartCheckpointer.from_conn_string("sqlite:///agent.db") as cp:  # doctest: +SKIP
+            ...     graph = builder.compile(checkpointer=cp)
+        """
+        parse_url(conn_string)  # a wrong URL is refused here, before anything opens
+
+        def open_sync() -> SmartCheckpointer:
+            from ..connect import connect
+
+            inner = connect(conn_string, **(connect_options or {}))
+            try:
+                cp = cls(inner, policy, **options)
+            except BaseException:
+                inner.close()
+                raise
+            cp._owned = inner
+            return cp
+
+        async def open_async() -> SmartCheckpointer:
+            return await asyncio.to_thread(open_sync)
+
+        return Opening(open_sync, open_async)
 
     # -- metrics ----------------------------------------------------------------------------
 
@@ -1027,15 +1066,21 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
 
     def close(self) -> None:
         """Write everything buffered and stop the interval timer (the inner checkpointer is
-        the caller's and stays open)."""
+        the caller's and stays open, unless `from_conn_string` opened it)."""
         self.flush()
         self._lifetime.closed()
         self._timer.stop()
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            owned.close()
 
     async def aclose(self) -> None:
         await self.aflush()
         self._lifetime.closed()
         self._timer.stop()
+        owned, self._owned = self._owned, None
+        if owned is not None:
+            await owned.aclose()
 
     def __enter__(self) -> SmartCheckpointer:
         return self

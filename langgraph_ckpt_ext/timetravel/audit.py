@@ -1,6 +1,9 @@
 """A tamper-evident audit trail: each checkpoint's hash chained over its parent's.
 
-With `audit=True`, every checkpoint `put` stores carries in its metadata
+Auditing is a setting of the store, recorded in its audit log (`Store.log_audit_switch`): turned
+on by a checkpointer opened with `audit=True`, by `enable_audit()` or `lgckpt audit on`, and off
+only by `disable_audit(reason=...)` / `lgckpt audit off --reason`. While it is on, every
+checkpoint any of our checkpointers stores carries in its metadata
 
     metadata["audit"] = {
         "v": 1,            # this format
@@ -32,8 +35,10 @@ parent was deleted; its child is reported), `broken_link` (`prev` is not the par
 hash: the parent was replaced) and `unhashed` (written with audit off). What breaks a chain
 without tampering: an eager schema migration (`migrate_threads`) rewrites checkpoints, which
 then verify as altered (they are not re-hashed); pruning or deleting runs leaves the oldest kept
-checkpoint with a missing parent; a copied thread (`copy_thread`) is bound to the source's
-thread id, and verifies as altered.
+checkpoint with a missing parent. A copied thread (`copy_thread`) is bound to the source's thread
+id: in an audited store it is sealed again under its own (`Auditor.reseal`). An unhashed
+checkpoint is reported with what the store's audit log says of its time: before auditing was
+turned on, after it was turned off (when, why), or while it was on.
 
 To save reads, a checkpointer remembers (bounded, per process) the hashes and value digests of
 what it stored, and the writes it stored for each checkpoint; a value not remembered is read
@@ -49,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import datetime as dt
 import hashlib
 import threading
 from collections import OrderedDict, defaultdict
@@ -61,7 +67,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from ..core import codec
 from ..core.errors import CheckpointerError, ThreadNotFoundError
-from ..core.rows import BlobRow, CheckpointRow, ListQuery, Typed, WriteRow
+from ..core.rows import AuditSwitch, BlobRow, CheckpointRow, ListQuery, Typed, WriteRow
 from ..core.store import Store
 
 if TYPE_CHECKING:
@@ -291,6 +297,24 @@ def _stored_hash(serde: SerializerProtocol, row: CheckpointRow | None) -> str:
     return "" if rec is None else str(rec["hash"])
 
 
+def _parents_first(rows: Sequence[CheckpointRow]) -> list[CheckpointRow]:
+    """One namespace's rows with each parent before its children (ids grow with time, so
+    their order nearly always is; a parent with a larger id is moved up)."""
+    ordered = sorted(rows, key=lambda r: r.checkpoint_id)
+    by_id = {r.checkpoint_id: r for r in ordered}
+    out: list[CheckpointRow] = []
+    done: set[str] = set()
+    for row in ordered:
+        chain: list[CheckpointRow] = []
+        cur: CheckpointRow | None = row
+        while cur is not None and cur.checkpoint_id not in done:
+            done.add(cur.checkpoint_id)
+            chain.append(cur)
+            cur = by_id.get(cur.parent_checkpoint_id or "")
+        out += reversed(chain)
+    return out
+
+
 # -- the put side -------------------------------------------------------------------------------
 
 
@@ -446,6 +470,49 @@ class Auditor:
         kept = (_write(w) for w in stored.get(parent, []) if w.idx >= 0)
         return prev, sorted(kept, key=lambda w: w.order)
 
+    async def reseal(
+        self, serde: SerializerProtocol, rows: Sequence[CheckpointRow]
+    ) -> list[tuple[CheckpointRow, dict[str, Any]]]:
+        """Audit records for stored checkpoints of one thread (a copy of another thread, whose
+        records name the source's id), parents first, from the stored rows alone (the caches
+        are neither used nor changed)."""
+        by_ns: dict[str, list[CheckpointRow]] = defaultdict(list)
+        for row in rows:
+            by_ns[row.checkpoint_ns].append(row)
+        out: list[tuple[CheckpointRow, dict[str, Any]]] = []
+        for ns, ns_rows in by_ns.items():
+            out += await self._reseal_ns(serde, ns, _parents_first(ns_rows))
+        return out
+
+    async def _reseal_ns(
+        self, serde: SerializerProtocol, ns: str, rows: list[CheckpointRow]
+    ) -> list[tuple[CheckpointRow, dict[str, Any]]]:
+        tid = rows[0].thread_id
+        reads = {r.checkpoint_id: codec.blob_keys(codec.decode_header(
+            serde, r.checkpoint, f"checkpoint {r.checkpoint_id!r}")["channel_versions"])
+            for r in rows}
+        keys = {key for rd in reads.values() for key in rd.items()}
+        memo: dict[tuple[str, str], _Digest | None] = {}
+        if keys:
+            _stored_digests(serde, await self._store.read_blobs(tid, ns, keys), keys, memo)
+        parents = {r.parent_checkpoint_id for r in rows if r.parent_checkpoint_id}
+        stored = await self._store.read_writes(tid, ns, parents) if parents else {}
+        hashes: dict[str, str] = {}
+        out = []
+        for row in rows:
+            parent = row.parent_checkpoint_id
+            prev = hashes.get(parent or "", "")
+            covered = sorted((_write(w) for w in stored.get(parent or "", []) if w.idx >= 0),
+                             key=lambda w: w.order)
+            md = codec.decode_metadata(serde, row.metadata, f"checkpoint {row.checkpoint_id!r}")
+            channels = {ch: memo.get((ch, v)) for ch, v in reads[row.checkpoint_id].items()}
+            found = content_hash((tid, ns, row.checkpoint_id, parent), prev, row.checkpoint,
+                                 _metadata_bytes(serde, md), channels, covered)
+            hashes[row.checkpoint_id] = found
+            out.append((row, {"v": AUDIT_VERSION, "hash": found, "prev": prev,
+                              "writes": [w.fingerprint for w in covered]}))
+        return out
+
     def stored(self, sealed: Sealed) -> None:
         """The sealed checkpoint is stored: remember its hash and the digests learned."""
         with self._guard:
@@ -535,6 +602,8 @@ class AuditReport:
     checked: int
     """Checkpoints examined (every namespace)."""
     problems: list[AuditProblem]
+    switches: list[AuditSwitch] = field(default_factory=list)
+    """The store's audit log (`AuditStatus.log`): where sealing began and where it stops."""
 
     @property
     def ok(self) -> bool:
@@ -553,7 +622,57 @@ class AuditReport:
         lines += [f"  {p}" for p in self.problems[:20]]
         if len(self.problems) > 20:
             lines.append(f"  ... and {len(self.problems) - 20} more")
+        lines += [f"  the store's audit was turned off at {_when(s.at)} ({s.reason}): "
+                  "checkpoints stored after it are not sealed"
+                  for s in self.switches if not s.enabled]
         return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class AuditStatus:
+    """Whether a store is audited (`StoreCheckpointer.audit_status`), and its audit log."""
+
+    enabled: bool
+    log: list[AuditSwitch]
+    """Each time auditing was turned on or off, oldest first (the newest is in force)."""
+
+    @property
+    def turned_off(self) -> list[AuditSwitch]:
+        """The explicit turn-offs: where the trail stops being sealed."""
+        return [s for s in self.log if not s.enabled]
+
+    def __str__(self) -> str:
+        head = "audit: on" if self.enabled else "audit: off"
+        return "\n".join([head, *(f"  {_when(s.at)} {'on ' if s.enabled else 'off'} {s.reason}"
+                                  for s in self.log)])
+
+
+def _when(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _epoch(ts: Any) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(str(ts)).timestamp()
+    except ValueError:
+        return None
+
+
+def _unhashed(ts: Any, switches: Sequence[AuditSwitch]) -> str:
+    """Why a checkpoint has no audit record, as far as the store's audit log tells."""
+    at = _epoch(ts)
+    before = [s for s in switches if at is not None and s.at <= at]
+    if not switches or at is None:
+        return "it has no audit hash (written with audit off)"
+    if not before:
+        return ("it has no audit hash (written with audit off, before the store's audit was "
+                f"turned on at {_when(switches[0].at)})")
+    if not before[-1].enabled:
+        return ("it has no audit hash (written with audit off: the store's audit was turned "
+                f"off at {_when(before[-1].at)}: {before[-1].reason})")
+    return ("it has no audit hash, though the store was audited when it was stored (since "
+            f"{_when(before[-1].at)}): by a checkpointer that had not read the setting yet, "
+            "or its record was removed")
 
 
 async def verify_thread(store: Store, serde: SerializerProtocol, thread_id: str) -> AuditReport:
@@ -565,11 +684,12 @@ async def verify_thread(store: Store, serde: SerializerProtocol, thread_id: str)
     by_ns: dict[str, list[CheckpointRow]] = defaultdict(list)
     for r in rows:
         by_ns[r.checkpoint_ns].append(r)
+    switches = await store.read_audit_log()
     problems: list[AuditProblem] = []
     for ns, ns_rows in by_ns.items():
-        problems += await _verify_ns(store, serde, thread_id, ns, ns_rows)
+        problems += await _verify_ns(store, serde, thread_id, ns, ns_rows, switches)
     problems.sort(key=lambda p: (p.checkpoint_id, p.checkpoint_ns, _RANK[p.kind]))
-    return AuditReport(thread_id, len(rows), problems)
+    return AuditReport(thread_id, len(rows), problems, switches)
 
 
 async def _verify_ns(
@@ -578,6 +698,7 @@ async def _verify_ns(
     thread_id: str,
     ns: str,
     rows: list[CheckpointRow],
+    switches: Sequence[AuditSwitch] = (),
 ) -> list[AuditProblem]:
     rows.sort(key=lambda r: r.checkpoint_id)
     by_id = {r.checkpoint_id: r for r in rows}
@@ -594,8 +715,8 @@ async def _verify_ns(
             what = f"checkpoint {row.checkpoint_id!r}"
             try:
                 md: Mapping[str, Any] = codec.decode_metadata(serde, row.metadata, what)
-                reads = codec.blob_keys(codec.decode_header(serde, row.checkpoint, what)[
-                    "channel_versions"])
+                header = codec.decode_header(serde, row.checkpoint, what)
+                reads = codec.blob_keys(header["channel_versions"])
             except CheckpointerError as exc:
                 problem(row, ALTERED, f"its stored record cannot be decoded ({exc})")
                 continue
@@ -604,7 +725,7 @@ async def _verify_ns(
                 if AUDIT_KEY in md:
                     problem(row, ALTERED, "its audit record is malformed")
                 else:
-                    problem(row, UNHASHED, "it has no audit hash (written with audit off)")
+                    problem(row, UNHASHED, _unhashed(header.get("ts"), switches))
                 continue
             checks.append((row, rec, md, reads))
         keys = {(ch, v) for *_, reads in checks for ch, v in reads.items()} - memo.keys()
@@ -649,6 +770,7 @@ __all__ = [
     "UNHASHED",
     "AuditProblem",
     "AuditReport",
+    "AuditStatus",
     "Auditor",
     "content_hash",
     "verify_thread",

@@ -6,14 +6,16 @@
 
 Dicts are compared by key and pydantic models of one class by field; lists of messages with
 ids by message id; a list that only grew at its end is `appended`; any other difference is a
-whole-value `changed`. Pure: nothing here reads or writes a checkpoint.
+whole-value `changed`, whose rendering names the items (of two lists) or keys (of two dicts of
+other types) that differ. Values render as JSON-like text (see `render`), cut around where two
+differ. Pure: nothing here reads or writes a checkpoint.
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
 import html
-import reprlib
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time
@@ -21,6 +23,8 @@ from typing import Any, Literal, TypeAlias
 
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel
+
+from . import render
 
 Kind = Literal[
     "added", "removed", "changed", "message_added", "message_removed", "message_edited", "appended"
@@ -40,11 +44,8 @@ _PATH_WIDTH = 48
 _VALUE_WIDTH = 60
 _LINE_VALUE = 2 * _VALUE_WIDTH + 20
 
-_short = reprlib.Repr()
-_short.maxstring = 60
-_short.maxother = 60
-_short.maxlist = _short.maxtuple = _short.maxset = _short.maxdict = 6
-_short.maxlevel = 3
+_EDITS = 3  # items or keys that differ shown on a line
+_ALIGN_CELLS = 40_000  # items of two lists aligned by difflib at most (old x new)
 
 
 class _Missing:
@@ -84,18 +85,36 @@ class Change:
         return _path_text(self.path)
 
     def detail(self) -> str:
-        """The change's values, shortened: `old -> new (+delta)`, or the one side there is."""
+        """The change's values, shortened around where they differ: `old -> new (+delta)`,
+        the items or keys that differ for two lists or dicts, or the one side there is."""
         if self.kind in ("added", "message_added"):
-            text = _show(self.new)
-        elif self.kind in ("removed", "message_removed"):
-            text = _show(self.old)
-        elif self.kind == "appended":
-            text = f"+= {_show(self.new)}"
-        else:
-            text = f"{_show(self.old)} -> {_show(self.new)}"
-            if self.delta is not None:
-                text += f" ({_signed(self.delta)})"
-        return _clip(text, _LINE_VALUE)
+            return _show(self.new)
+        if self.kind in ("removed", "message_removed"):
+            return _show(self.old)
+        if self.kind == "appended":
+            return f"+= {_show(self.new)}"
+        parts = _parts(self.old, self.new)
+        if parts is not None:
+            return _parts_text(*parts)
+        old, new = render.contrast(self.old, self.new, _VALUE_WIDTH)
+        text = f"{old} -> {new}"
+        return text if self.delta is None else f"{text} ({_signed(self.delta)})"
+
+    def sides(self) -> tuple[str, str]:
+        """The old and the new side of `detail`, each on its own ("" for a side there is
+        not); never alike when both are there."""
+        if self.kind in ("added", "message_added", "appended"):
+            return "", _show(self.new)
+        if self.kind in ("removed", "message_removed"):
+            return _show(self.old), ""
+        parts = _parts(self.old, self.new)
+        if parts is None:
+            return render.contrast(self.old, self.new, _VALUE_WIDTH)
+        (head_old, head_new), edits = parts
+        old = [f"{mark}{label} {o}" for mark, label, o, _ in edits if mark != "+"]
+        new = [f"{mark}{label} {n}" for mark, label, _, n in edits if mark != "-"]
+        return (": ".join([head_old, ", ".join(old)]) if old else head_old,
+                ": ".join([head_new, ", ".join(new)]) if new else head_new)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": [_json_key(k) for k in self.path], "kind": self.kind}
@@ -233,8 +252,7 @@ class StateDiff:
             return f"<table>{caption}<tr><td><em>no changes</em></td></tr></table>"
         rows = []
         for c in self.changes:
-            old = "" if c.kind in ("added", "message_added", "appended") else _show(c.old)
-            new = "" if c.kind in ("removed", "message_removed") else _show(c.new)
+            old, new = c.sides()
             delta = "" if c.delta is None else _signed(c.delta)
             cells = "".join(
                 f"<td>{esc(text)}</td>"
@@ -365,29 +383,107 @@ def _path_text(path: Path) -> str:
     for i, key in enumerate(path):
         if isinstance(key, str) and key.isidentifier():
             text += f".{key}" if i else key
+        elif isinstance(key, str):
+            text += f"[{render.text(key)}]"
         else:
             text += f"[{key!r}]"
     return text
 
 
 def _show(v: Any) -> str:
-    return _clip(_show_whole(v), _VALUE_WIDTH)
+    return render.brief(v, _VALUE_WIDTH)
 
 
-def _show_whole(v: Any) -> str:
-    if isinstance(v, BaseMessage):
-        text = f"{type(v).__name__} {_short.repr(v.content)}"
-        calls = getattr(v, "tool_calls", None)
-        if calls:
-            text += f" tool_calls={_short.repr([c.get('name') for c in calls])}"
-        return text
-    if isinstance(v, list) and v and all(isinstance(m, BaseMessage) for m in v):
-        return "[" + ", ".join(_show(m) for m in v[:3]) + (", ...]" if len(v) > 3 else "]")
-    return _short.repr(v)
+# (mark, label, old text, new text) of an item or key that differs: `~` both, `-` old, `+` new
+_Edit: TypeAlias = tuple[str, str, str, str]
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
+def _parts(a: Any, b: Any) -> tuple[tuple[str, str], list[_Edit]] | None:
+    """For two lists (tuples) or two dicts: a header per side (their sizes, and their types
+    if these differ) and the items or keys that differ; None for other values."""
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        edits = _item_edits(a, b)
+        heads = render.items(len(a)), render.items(len(b))
+    elif isinstance(a, Mapping) and isinstance(b, Mapping):
+        edits = _key_edits(a, b)
+        heads = render.keys(len(a)), render.keys(len(b))
+    else:
+        return None
+    if type(a) is not type(b):
+        heads = f"{type(a).__name__} of {heads[0]}", f"{type(b).__name__} of {heads[1]}"
+    return heads, _edit_texts(edits, len(heads[0]) + len(heads[1]))
+
+
+def _item_edits(a: Sequence[Any], b: Sequence[Any]) -> list[tuple[str, str, Any, Any]]:
+    """The items of `a` and `b` that differ, by index: between their longest common head and
+    tail, aligned as `difflib` aligns lines (on the items' text) when there are not too many."""
+    n = min(len(a), len(b))
+    head = 0
+    while head < n and _same(a[head], b[head]):
+        head += 1
+    tail = 0
+    while tail < n - head and _same(a[-1 - tail], b[-1 - tail]):
+        tail += 1
+    old, new = a[head:len(a) - tail], b[head:len(b) - tail]
+    if len(old) * len(new) > _ALIGN_CELLS:
+        blocks = [("replace", 0, len(old), 0, len(new))]
+    else:
+        def key(x: Any) -> tuple[str, str]:
+            return type(x).__name__, render.text(x)
+
+        matcher = difflib.SequenceMatcher(None, [key(x) for x in old], [key(x) for x in new],
+                                          autojunk=False)
+        blocks = [op for op in matcher.get_opcodes() if op[0] != "equal"]
+    edits = []
+    for _, i1, i2, j1, j2 in blocks:
+        for k in range(max(i2 - i1, j2 - j1)):
+            i, j = i1 + k, j1 + k
+            if i < i2 and j < j2:
+                edits.append(("~", f"[{head + j}]", old[i], new[j]))
+            elif i < i2:
+                edits.append(("-", f"[{head + i}]", old[i], None))
+            else:
+                edits.append(("+", f"[{head + j}]", None, new[j]))
+    return edits
+
+
+def _key_edits(a: Mapping[Any, Any], b: Mapping[Any, Any]) -> list[tuple[str, str, Any, Any]]:
+    def label(k: Any) -> str:
+        return f"{render.text(k)}:"
+
+    edits = [("-", label(k), v, None) if k not in b else ("~", label(k), v, b[k])
+             for k, v in a.items() if k not in b or not _same(v, b[k])]
+    return edits + [("+", label(k), None, v) for k, v in b.items() if k not in a]
+
+
+def _edit_texts(edits: list[tuple[str, str, Any, Any]], used: int) -> list[_Edit]:
+    """The first few edits as text, their values sharing what is left of a line's width; a
+    last `…` entry counts the rest."""
+    shown = edits[:_EDITS]
+    slots = sum(2 if mark == "~" else 1 for mark, *_ in shown) or 1
+    width = max(16, (_LINE_VALUE - used - 10 * len(shown)) // slots)
+    out: list[_Edit] = []
+    for mark, label, old, new in shown:
+        if mark == "~":
+            o, n = render.contrast(old, new, width)
+        else:
+            o = n = render.brief(old if mark == "-" else new, width)
+        out.append((mark, label, o, n))
+    if len(edits) > len(shown):
+        more = f"{len(edits) - len(shown)} more"
+        out.append(("", render.ELLIPSIS, more, more))
+    return out
+
+
+def _parts_text(heads: tuple[str, str], edits: list[_Edit]) -> str:
+    entries = []
+    for mark, label, old, new in edits:
+        if mark == "~":
+            entries.append(f"~{label} {old} -> {new}")
+        else:
+            entries.append(f"{mark}{label} {new if mark == '+' else old}")
+    text = f"{heads[0]} -> {heads[1]}"
+    return f"{text}: {', '.join(entries)}" if entries else text
 
 
 def _signed(n: int | float) -> str:

@@ -16,6 +16,7 @@ the link to its origin in its metadata:
 from __future__ import annotations
 
 import html
+import unicodedata
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping
@@ -184,9 +185,9 @@ class ForkNode:
         return f"{self.forked_from[0]} {step}checkpoint {self.forked_from[1]}"
 
     def to_svg(self) -> str:
-        """The tree as an SVG picture: threads as boxes, forks as edges labelled with the
-        checkpoint they start from."""
-        nodes = self.walk()
+        """The tree as an SVG picture: threads as boxes (an id too long for its box is cut in
+        the middle, the full id in a tooltip), forks as curves labelled on their middle with
+        the step (or checkpoint) they start from."""
         depth: dict[int, int] = {}
         row: dict[int, float] = {}
         leaves = [0]
@@ -202,39 +203,88 @@ class ForkNode:
             return row[id(node)]
 
         place(self, 0)
-        w, h, gap_x, gap_y = 190, 34, 70, 22
-        width = (max(depth.values()) + 1) * (w + gap_x)
-        height = max(1, leaves[0]) * (h + gap_y) + gap_y
+        width = (max(depth.values()) + 1) * (_BOX_W + _GAP_X)
+        height = max(1, leaves[0]) * (_BOX_H + _GAP_Y) + _GAP_Y
         parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-                 'font-family="sans-serif" font-size="12">']
+                 f'font-family="sans-serif" font-size="{_FONT}">']
 
         def xy(node: ForkNode) -> tuple[float, float]:
-            return depth[id(node)] * (w + gap_x) + 4, row[id(node)] * (h + gap_y) + gap_y
+            return (depth[id(node)] * (_BOX_W + _GAP_X) + 4,
+                    row[id(node)] * (_BOX_H + _GAP_Y) + _GAP_Y)
 
-        for node in nodes:
+        for node in self.walk():
             x, y = xy(node)
             for child in node.children:
-                cx, cy = xy(child)
-                label = html.escape(
-                    "" if child.forked_from is None else
-                    f"step {child.forked_step}" if child.forked_step is not None else
-                    child.forked_from[1][-12:]
-                )
-                parts.append(f'<path d="M{x + w},{y + h / 2} C{x + w + gap_x / 2},{y + h / 2} '
-                             f'{cx - gap_x / 2},{cy + h / 2} {cx},{cy + h / 2}" fill="none" '
-                             'stroke="#888"/>')
-                parts.append(f'<text x="{cx - gap_x + 2}" y="{cy + h / 2 - 4}" fill="#666" '
-                             f'font-size="9">{label}</text>')
-            fill = "#e8f0fe" if node.forked_from is None else "#eef7ee"
-            parts.append(f'<rect x="{x}" y="{y}" width="{w}" height="{h}" rx="6" fill="{fill}" '
-                         'stroke="#555"/>')
-            parts.append(f'<text x="{x + 8}" y="{y + h / 2 + 4}">'
-                         f'{html.escape(node.thread_id[:28])}</text>')
+                parts += _svg_edge((x + _BOX_W, y + _BOX_H / 2), xy(child), child)
+            parts.append(_svg_box(node, x, y))
         parts.append("</svg>")
         return "".join(parts)
 
     def _repr_svg_(self) -> str:
         return self.to_svg()
+
+
+# The SVG picture: box and gap sizes in pixels, font sizes; text widths are estimated (an SVG
+# has no layout engine to ask) on the generous side, per character.
+_BOX_W, _BOX_H, _GAP_X, _GAP_Y = 190, 34, 96, 22
+_PAD = 8
+_FONT, _LABEL_FONT = 12, 9
+_EM_WIDE = frozenset("MWmw@%")
+
+
+def _em(ch: str) -> float:
+    if ch in _EM_WIDE or unicodedata.east_asian_width(ch) in ("W", "F"):
+        return 1.05
+    if ch.isupper() or not ch.isascii():
+        return 0.82
+    return 0.6
+
+
+def _text_width(text: str, size: float) -> float:
+    """An upper estimate of `text`'s width in pixels, in a sans-serif font of `size`."""
+    return sum(_em(ch) for ch in text) * size
+
+
+def _fit(text: str, width: float, size: float) -> str:
+    """`text`, or its start and end around `…`, in at most `width` pixels."""
+    if _text_width(text, size) <= width:
+        return text
+    keep = min(len(text), int(width / (0.6 * size)) + 1)  # no character is narrower
+    while keep > 0:
+        keep -= 1
+        head, tail = text[: (keep + 1) // 2], text[len(text) - keep // 2:] if keep > 1 else ""
+        short = f"{head}…{tail}"
+        if _text_width(short, size) <= width:
+            return short
+    return "…"
+
+
+def _svg_box(node: ForkNode, x: float, y: float) -> str:
+    fill = "#e8f0fe" if node.forked_from is None else "#eef7ee"
+    shown = _fit(node.thread_id, _BOX_W - 2 * _PAD, _FONT)
+    return (f"<g><title>{html.escape(node.thread_id)}</title>"
+            f'<rect x="{x}" y="{y}" width="{_BOX_W}" height="{_BOX_H}" rx="6" fill="{fill}" '
+            f'stroke="#555"/><text x="{x + _PAD}" y="{y + _BOX_H / 2}" '
+            f'dominant-baseline="central">{html.escape(shown)}</text></g>')
+
+
+def _svg_edge(start: tuple[float, float], box: tuple[float, float], child: ForkNode
+              ) -> list[str]:
+    """The curve from a box's right side to a child's box, and its label on the curve's
+    middle: a cubic Bézier whose control points sit half a gap out, so that point is the
+    midpoint of its two ends."""
+    (x0, y0), (x3, y3) = start, (box[0], box[1] + _BOX_H / 2)
+    mx, my = (x0 + x3) / 2, (y0 + y3) / 2
+    edge = (f'<path d="M{x0},{y0} C{x0 + _GAP_X / 2},{y0} {x3 - _GAP_X / 2},{y3} {x3},{y3}" '
+            'fill="none" stroke="#888"/>')
+    if child.forked_from is None:
+        return [edge]
+    text = (f"step {child.forked_step}" if child.forked_step is not None
+            else child.forked_from[1][-12:])
+    label = html.escape(_fit(text, _GAP_X - 2 * _PAD, _LABEL_FONT))
+    return [edge, f'<text x="{mx}" y="{my}" text-anchor="middle" dominant-baseline="central" '
+                  f'font-size="{_LABEL_FONT}" fill="#555" stroke="#fff" stroke-width="3" '
+                  f'paint-order="stroke">{label}</text>']
 
 
 def _node(thread_id: str, md: Mapping[str, Any]) -> ForkNode:

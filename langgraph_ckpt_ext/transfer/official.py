@@ -6,12 +6,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import quote
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..core.errors import InvalidConfigError, StoreUnavailableError, require
 from ..core.saver import strict_serde
+from ..core.urls import mask, parse_url, redact, url_secrets
 from .threads import Saver
 
 
@@ -33,7 +34,7 @@ def open_official(url: str, *, serde: SerializerProtocol | None = None) -> Itera
         >>> with open_official("sqlite:///langgraph.db") as source:  # doctest: +SKIP
         ...     copy_threads(source, connect("sqlite:///ours.db"))
     """
-    scheme = urlparse(url).scheme
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
     if scheme in ("postgres", "postgresql"):
         with _official_postgres(url, serde or strict_serde()) as saver:
             yield saver
@@ -42,17 +43,17 @@ def open_official(url: str, *, serde: SerializerProtocol | None = None) -> Itera
             yield saver
     else:
         raise InvalidConfigError(
-            f"unsupported URL {_redact(url)!r} for LangGraph's savers: use sqlite:///path.db "
+            f"unsupported URL {redact(url)!r} for LangGraph's savers: use sqlite:///path.db "
             "or postgresql://user@host/db"
         )
 
 
 def _sqlite_path(url: str) -> str:
+    """The file a `sqlite:///` URL (read by the one parser) or a plain path names."""
     if not url.startswith("sqlite:"):
         return url
-    rest = url[len("sqlite://"):] if url.startswith("sqlite://") else url[len("sqlite:"):]
-    path = unquote(rest[1:] if rest.startswith("/") else rest)
-    if path in ("", ":memory:"):
+    path = parse_url(url).arguments(backend="sqlite")[0]
+    if path == ":memory:":
         raise InvalidConfigError(f"{url!r} names no database file: use sqlite:///path.db")
     return path
 
@@ -95,7 +96,8 @@ def _official_postgres(url: str, serde: SerializerProtocol) -> Iterator[Saver]:
     try:
         params = conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:
-        raise InvalidConfigError(f"invalid PostgreSQL URL {_redact(url)!r}: {exc}") from None
+        raise InvalidConfigError(f"invalid PostgreSQL URL {redact(url)!r}: "
+                                 f"{mask(str(exc), url_secrets(url))}") from None
     # Every transaction of this session is read-only: the source cannot be changed by us.
     params["options"] = f"{params.get('options') or ''} -c default_transaction_read_only=on"
     params.setdefault("connect_timeout", 10)
@@ -104,8 +106,9 @@ def _official_postgres(url: str, serde: SerializerProtocol) -> Iterator[Saver]:
                                prepare_threshold=0, row_factory=dict_row)
     except psycopg.OperationalError as exc:
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        reason = mask(reason, url_secrets(url))
         raise StoreUnavailableError(
-            f"cannot connect to PostgreSQL at {_redact(url)}: {reason}; check the URL and that "
+            f"cannot connect to PostgreSQL at {redact(url)}: {reason}; check the URL and that "
             "the server is running"
         ) from None
     try:
@@ -114,7 +117,7 @@ def _official_postgres(url: str, serde: SerializerProtocol) -> Iterator[Saver]:
             conn.execute(saver.SELECT_SQL + "WHERE false")
         except psycopg.Error as exc:
             raise InvalidConfigError(
-                f"{_redact(url)} holds no database of LangGraph's current PostgresSaver "
+                f"{redact(url)} holds no database of LangGraph's current PostgresSaver "
                 f"({str(exc).strip().splitlines()[0]}): check the database and schema (a schema "
                 "goes in the URL as ?options=-c%20search_path%3Dname); an older one is "
                 "upgraded by running PostgresSaver.setup() on it"
@@ -123,10 +126,3 @@ def _official_postgres(url: str, serde: SerializerProtocol) -> Iterator[Saver]:
     finally:
         conn.close()
 
-
-def _redact(url: str) -> str:
-    """A URL without its password, for messages."""
-    parts = urlparse(url)
-    if parts.password is None:
-        return url
-    return url.replace(f":{parts.password}@", ":***@", 1)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.errors import InvalidConfigError, StoreUnavailableError, require
+from ...core.opening import Opening
 from ...core.saver import StoreCheckpointer, loading_serde
+from ...core.urls import parse_url, redact
 from ...migrations import SchemaChain
 
 require("asyncpg", "postgres")
@@ -48,8 +48,9 @@ class PostgresCheckpointer(StoreCheckpointer):
         setup: create or migrate the tables now (DSN only; idempotent, safe across processes).
         schema_chain: the state schema's version and upcasters (`SchemaChain`; not to be
             confused with `schema`, the PostgreSQL schema): see `migrate_threads`.
-        audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
-            `verify`.
+        audit: turn auditing on for the store, recorded in it (every checkpointer writing to
+            it then seals each checkpoint; False turns nothing off): see `verify`,
+            `enable_audit` and `disable_audit`.
         pool_options: passed to `asyncpg.create_pool`, e.g. `min_size`, `max_size`. Behind
             PgBouncer in transaction mode pass `statement_cache_size=0`.
 
@@ -82,6 +83,7 @@ class PostgresCheckpointer(StoreCheckpointer):
             settings.setdefault("search_path", schema)
             pool_options["server_settings"] = settings
         if isinstance(conn, str):
+            self._where = redact(conn) + (f" schema={schema}" if schema else "")
             store = PostgresStore(dsn=conn, pool_options=pool_options, schema=schema)
         else:
             store = PostgresStore(dsn=dsn, pool=conn, pool_options=pool_options, schema=schema)
@@ -95,18 +97,35 @@ class PostgresCheckpointer(StoreCheckpointer):
             self._setup_or_close()
 
     @classmethod
-    @asynccontextmanager
-    async def from_conn_string(
-        cls, conn_string: str, **kwargs: Any
-    ) -> AsyncIterator[PostgresCheckpointer]:
-        """Open a pool, create or migrate the tables, yield the checkpointer, close the pool."""
-        saver = cls(conn_string, setup=False, **kwargs)
-        try:
-            await saver.asetup()
-            yield saver
-        finally:
-            await saver.aclose()
+    def from_conn_string(cls, conn_string: str, **kwargs: Any) -> Opening[PostgresCheckpointer]:
+        """Open a pool, create or migrate the tables, yield the checkpointer, close the pool on
+        exit: `with` for sync graph calls, `async with` for async ones (the pool then on the
+        running event loop).
 
+        Args:
+            conn_string: a DSN, with our query options (`schema`, `min_size`, `max_size`; see
+                `connect`) and asyncpg's.
+            kwargs: as for the constructor.
+
+        Example:
+            >>> with PostgresCheckpointer.from_conn_string(dsn + "?schema=app") as cp:  # doctest: +SKIP
+            ...     graph = builder.compile(checkpointer=cp)
+        """
+        dsn, kwargs = parse_url(conn_string).arguments(kwargs, backend="postgres")
+        kwargs["serde"] = loading_serde(  # refused before the pool opens
+            kwargs.get("serde"), unsafe_allow_any_class=kwargs.get("unsafe_allow_any_class", False))
+
+        async def aopen() -> PostgresCheckpointer:
+            saver = cls(dsn, **{**kwargs, "setup": False})
+            if kwargs.get("setup", True):
+                try:
+                    await saver.asetup()
+                except BaseException:
+                    await saver.aclose()
+                    raise
+            return saver
+
+        return Opening(lambda: cls(dsn, **kwargs), aopen)
 
     @property
     def store(self) -> PostgresStore:

@@ -64,6 +64,16 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX lgx_schema_log_order "
         "ON lgx_schema_log (migrated_at, thread_id, checkpoint_ns, checkpoint_id, to_version)",
     ],
+    # 3: the store's audit log: auditing turned on or off (`log_audit_switch`), the newest row
+    # in force (a store-level setting every checkpointer of the schema follows).
+    [
+        """CREATE TABLE lgx_audit_log (
+            seq BIGSERIAL PRIMARY KEY,
+            enabled BOOLEAN NOT NULL,
+            at DOUBLE PRECISION NOT NULL,
+            reason TEXT NOT NULL
+        )""",
+    ],
 ]
 
 LATEST = len(MIGRATIONS)

@@ -22,6 +22,11 @@ SELECT_STORAGE_VERSION = "SELECT COALESCE(MAX(version), 0) FROM lgx_migrations"
 MIGRATIONS_TABLE_EXISTS = "SELECT to_regclass('lgx_migrations') IS NOT NULL"
 INSERT_MIGRATION = "INSERT INTO lgx_migrations (version) VALUES ($1)"
 
+# The store's audit log (`read_audit_log`, `log_audit_switch`): the newest row is in force.
+SELECT_AUDIT_LOG = "SELECT enabled, at, reason FROM lgx_audit_log ORDER BY seq"
+SELECT_AUDIT_LAST = "SELECT enabled, at, reason FROM lgx_audit_log ORDER BY seq DESC LIMIT 1"
+INSERT_AUDIT_SWITCH = "INSERT INTO lgx_audit_log (enabled, at, reason) VALUES ($1, $2, $3)"
+
 UPSERT_CHECKPOINT = f"""
 INSERT INTO lgx_checkpoints ({CHECKPOINT_COLS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET

@@ -17,6 +17,7 @@ from ...core.errors import (
 )
 from ...core.perloop import PerLoop
 from ...core.rows import (
+    AuditSwitch,
     BlobRef,
     BlobRow,
     CheckpointRow,
@@ -169,6 +170,22 @@ class PostgresStore:
             return int(await conn.fetchval(sql.SELECT_STORAGE_VERSION))
 
         return await self._run(op, tx=False)
+
+    async def read_audit_log(self, last: bool = False) -> list[AuditSwitch]:
+        async def op(conn: asyncpg.Connection) -> list[AuditSwitch]:
+            try:
+                rows = await conn.fetch(sql.SELECT_AUDIT_LAST if last else sql.SELECT_AUDIT_LOG)
+            except asyncpg.exceptions.UndefinedTableError:
+                return []  # storage older than the log: never switched
+            return [AuditSwitch(bool(r[0]), float(r[1]), str(r[2])) for r in rows]
+
+        return await self._run(op, tx=False)
+
+    async def log_audit_switch(self, switch: AuditSwitch) -> None:
+        async def op(conn: asyncpg.Connection) -> None:
+            await conn.execute(sql.INSERT_AUDIT_SWITCH, switch.enabled, switch.at, switch.reason)
+
+        await self._run(op, tx=True)
 
     # -- the threads' locks (see `sql.THREAD_LOCK`) -------------------------------------------
 

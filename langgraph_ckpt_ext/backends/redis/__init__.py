@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -11,7 +9,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.bridge import Bridge
 from ...core.errors import require
+from ...core.opening import Opening
 from ...core.saver import StoreCheckpointer, loading_serde
+from ...core.urls import parse_url, redact
 from ...migrations import SchemaChain
 
 require("redis", "redis")
@@ -49,8 +49,9 @@ class RedisCheckpointer(StoreCheckpointer):
         setup: record the key layout's version now (URL only; idempotent).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): see
             `migrate_threads`.
-        audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
-            `verify`.
+        audit: turn auditing on for the store, recorded in it (every checkpointer writing to
+            it then seals each checkpoint; False turns nothing off): see `verify`,
+            `enable_audit` and `disable_audit`.
         client_options: passed to `redis.asyncio.Redis.from_url` (or `RedisCluster.from_url`);
             `socket_connect_timeout` defaults to 5 s.
 
@@ -80,6 +81,8 @@ class RedisCheckpointer(StoreCheckpointer):
         serde = loading_serde(serde, unsafe_allow_any_class=unsafe_allow_any_class)
         bridge = Bridge(f"lgckpt-{type(self).__name__}")
         given = not isinstance(conn, str)
+        if isinstance(conn, str):
+            self._where = redact(conn) + f" key_prefix={key_prefix}"
         store = RedisStore(
             prefix=check_prefix(key_prefix),
             ttl=ttl,
@@ -99,22 +102,33 @@ class RedisCheckpointer(StoreCheckpointer):
             self._setup_or_close()
 
     @classmethod
-    @asynccontextmanager
-    async def from_conn_string(
-        cls,
-        url: str,
-        *,
-        ttl: float | None = None,
-        key_prefix: str = "lgckpt",
-        **kwargs: Any,
-    ) -> AsyncIterator[RedisCheckpointer]:
-        """Connect, record the layout version, yield the checkpointer, close its clients."""
-        saver = cls(url, ttl=ttl, key_prefix=key_prefix, setup=False, **kwargs)
-        try:
-            await saver.asetup()
-            yield saver
-        finally:
-            await saver.aclose()
+    def from_conn_string(cls, url: str, **kwargs: Any) -> Opening[RedisCheckpointer]:
+        """Connect, record the layout version, yield the checkpointer, close its clients on
+        exit: `with` for sync graph calls, `async with` for async ones.
+
+        Args:
+            url: a `redis://` or `rediss://` URL, with our query options (`key_prefix`, `ttl`;
+                see `connect`) and redis-py's.
+            kwargs: as for the constructor.
+
+        Example:
+            >>> url = "redis://localhost?ttl=3600"
+            >>> with RedisCheckpointer.from_conn_string(url) as cp:  # doctest: +SKIP
+            ...     graph = builder.compile(checkpointer=cp)
+        """
+        conn, kwargs = parse_url(url).arguments(kwargs, backend="redis")
+
+        async def aopen() -> RedisCheckpointer:
+            saver = cls(conn, **{**kwargs, "setup": False})
+            if kwargs.get("setup", True):
+                try:
+                    await saver.asetup()
+                except BaseException:
+                    await saver.aclose()
+                    raise
+            return saver
+
+        return Opening(lambda: cls(conn, **kwargs), aopen)
 
     @property
     def store(self) -> RedisStore:

@@ -13,6 +13,8 @@ hash slot (one node of a Redis Cluster) and each of its operations is one atomic
     <prefix>:threads          zset  thread_id, scored by a deadline hint (ms; +inf: no TTL)
     <prefix>:runs             zset  run_id\\0thread_id (all scored 0: read by lexical range)
     <prefix>:layout           the layout's version
+    <prefix>:audit            list  enabled\\0repr(at)\\0reason: the store's audit log, newest last
+                                    (the newest entry is the store's audit setting)
 
 `<thread>` is the thread id with every byte outside [A-Za-z0-9_.-] percent-encoded, so no
 thread id can close the hash tag early, reach another thread's keys, or be empty.
@@ -25,8 +27,9 @@ import re
 
 from ...core.errors import InvalidConfigError
 
-# `mig` (the migration log) came after version 1 without a version bump: it is a key of its
-# own, which older data simply lacks (no log yet), and no older key changed its encoding.
+# `mig` (the migration log) and `audit` came after version 1 without a version bump: each is a
+# key of its own, which older data simply lacks (no log yet), and no older key changed its
+# encoding.
 LAYOUT_VERSION = 1
 # Scripts address the keys by position (KEYS[1] ix ... KEYS[7] meta, KEYS[8] mig): a new key
 # goes at the end, so that no script's index moves.

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import heapq
+import logging
 import math
+import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
@@ -23,6 +25,7 @@ from ...core.codec import writes_order
 from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
 from ...core.perloop import PerLoop
 from ...core.rows import (
+    AuditSwitch,
     BlobRow,
     CheckpointRow,
     ListQuery,
@@ -36,6 +39,7 @@ from . import scripts
 from .layout import LAYOUT_VERSION, check_parts, thread_keys
 
 Client = Any  # redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
+_log = logging.getLogger(__name__)
 
 _PAGE = 64
 _FIRST = 8  # rows read from each thread before a listing across threads starts merging
@@ -53,6 +57,7 @@ class _Desc:
         return self.key > other.key
 _ATTEMPTS = 3
 _SWEEP_EVERY = 512  # writes between two steps of the thread-index sweep
+_SWEEP_STEP = 100  # index entries of each kind checked by one step
 _SEEN = 65536  # threads and runs this process remembers having indexed
 _LOST = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 CONNECT_TIMEOUT = 5.0  # seconds, unless client_options say otherwise
@@ -211,9 +216,14 @@ class RedisStore:
         self._threads_key = f"{prefix}:threads"
         self._runs_key = f"{prefix}:runs"
         self._layout_key = f"{prefix}:layout"
+        self._audit_key = f"{prefix}:audit"
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._writes_since_sweep = 0
         self._runs_cursor = b"-"
+        # The step of the sweep running in the background, and the loop it runs on; the lock
+        # keeps two loops (a caller's, the sync bridge's) from starting one each.
+        self._sweeping: tuple[asyncio.AbstractEventLoop, asyncio.Task[None]] | None = None
+        self._sweep_lock = threading.Lock()
 
     # -- connections --------------------------------------------------------------------------
 
@@ -305,11 +315,40 @@ class RedisStore:
                 await self._command("ZADD", self._runs_key, 0, f"{run}\0{thread_id}")
 
     async def _after_write(self, n: int = 1) -> None:
-        """Count `n` writes; every `_SWEEP_EVERY` writes, a step of the index sweep."""
-        self._writes_since_sweep += n
-        if self._writes_since_sweep >= _SWEEP_EVERY:
+        """Count `n` writes; every `_SWEEP_EVERY` writes, start a step of the index sweep in the
+        background, on this loop: the write returns without waiting for its round trips."""
+        with self._sweep_lock:
+            self._writes_since_sweep += n
+            if self._writes_since_sweep < _SWEEP_EVERY or self._sweep_running():
+                return
             self._writes_since_sweep = 0
-            await self.sweep(100)
+            loop = asyncio.get_running_loop()
+            self._sweeping = loop, loop.create_task(self._background_sweep())
+
+    def _sweep_running(self) -> bool:
+        if self._sweeping is None:
+            return False
+        loop, task = self._sweeping
+        return not task.done() and not loop.is_closed()
+
+    async def _background_sweep(self) -> None:
+        try:
+            await self.sweep(_SWEEP_STEP)
+        except Exception as exc:  # the entries are hints: the next step checks them again
+            _log.debug("index sweep step failed: %r", exc)
+
+    async def _stop_sweep(self) -> None:
+        """Cancel the sweep's step in progress (waited for if it runs on this loop)."""
+        with self._sweep_lock:
+            sweeping, self._sweeping = self._sweeping, None
+        if sweeping is None or sweeping[1].done():
+            return
+        loop, task = sweeping
+        if loop is asyncio.get_running_loop():
+            task.cancel()
+            await asyncio.wait([task])
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(task.cancel)
 
     async def sweep(self, limit: int | None = None) -> int:
         """Check index entries: threads whose deadline hint has passed, and the next `limit`
@@ -362,6 +401,18 @@ class RedisStore:
     async def storage_version(self) -> int:
         current = await self._command("GET", self._layout_key)
         return 0 if current is None else int(current)
+
+    async def read_audit_log(self, last: bool = False) -> list[AuditSwitch]:
+        found = await self._command("LRANGE", self._audit_key, -1 if last else 0, -1)
+        out = []
+        for entry in found or ():
+            on, at, why = bytes(entry).split(b"\0", 2)
+            out.append(AuditSwitch(on == b"1", float(at), _s(why)))
+        return out
+
+    async def log_audit_switch(self, switch: AuditSwitch) -> None:
+        entry = b"%d\0%s\0%s" % (switch.enabled, _b(repr(float(switch.at))), _b(switch.reason))
+        await self._command("RPUSH", self._audit_key, entry)
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -725,7 +776,9 @@ class RedisStore:
         return out
 
     async def close(self) -> None:
-        """Close the clients this store opened (a client passed in stays the caller's)."""
+        """Stop the index sweep's step in progress; close the clients this store opened (a
+        client passed in stays the caller's)."""
+        await self._stop_sweep()
         await self._clients.close()
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aiosqlite
@@ -12,7 +10,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.bridge import Bridge
+from ...core.opening import Opening
 from ...core.saver import StoreCheckpointer, loading_serde
+from ...core.urls import parse_url
 from ...migrations import SchemaChain
 from .store import SQLiteStore
 
@@ -23,6 +23,10 @@ _SYNC_LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 def _is_memory(path: str) -> bool:
     return path == ":memory:" or (path.startswith("file:") and "mode=memory" in path)
+
+
+def _is_read_only(path: str) -> bool:
+    return path.startswith("file:") and "mode=ro" in path
 
 
 async def _connect(path: str, busy_timeout: float) -> aiosqlite.Connection:
@@ -45,7 +49,8 @@ async def _open_store(path: str, busy_timeout: float, synchronous: str) -> SQLit
     if _is_memory(path):
         reader = None
     else:
-        pragmas.append("PRAGMA journal_mode = WAL")
+        if not _is_read_only(path):  # switching to WAL writes to the file
+            pragmas.append("PRAGMA journal_mode = WAL")
         reader = await _connect(path, busy_timeout)
         await reader.execute(pragmas[0])
     pragmas.append(f"PRAGMA synchronous = {synchronous.upper()}")
@@ -78,8 +83,9 @@ class SQLiteCheckpointer(StoreCheckpointer):
         setup: create or migrate the tables now (idempotent; safe across processes).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): see
             `migrate_threads`.
-        audit: chain a hash through every checkpoint stored (`metadata["audit"]`): see
-            `verify`.
+        audit: turn auditing on for the store, recorded in it (every checkpointer writing to
+            it then seals each checkpoint; False turns nothing off): see `verify`,
+            `enable_audit` and `disable_audit`.
 
     Example:
         >>> cp = SQLiteCheckpointer("agent.db")                      # doctest: +SKIP
@@ -105,6 +111,8 @@ class SQLiteCheckpointer(StoreCheckpointer):
         # Refused before any connection opens; the serializer then goes in as it is.
         serde = loading_serde(serde, unsafe_allow_any_class=unsafe_allow_any_class)
         bridge = Bridge("lgckpt-sqlite")
+        if not isinstance(conn, aiosqlite.Connection):
+            self._where = os.fspath(conn)
         store = _store
         if store is None:
             if isinstance(conn, aiosqlite.Connection):
@@ -121,26 +129,43 @@ class SQLiteCheckpointer(StoreCheckpointer):
             self._setup_or_close()
 
     @classmethod
-    @asynccontextmanager
-    async def from_conn_string(
+    def from_conn_string(
         cls, conn_string: str | os.PathLike[str], **kwargs: Any
-    ) -> AsyncIterator[SQLiteCheckpointer]:
-        """Open the file, create or migrate the tables, yield the checkpointer, close it.
+    ) -> Opening[SQLiteCheckpointer]:
+        """Open the file, create or migrate the tables, yield the checkpointer, close it on
+        exit: `with` for sync graph calls, `async with` for async ones.
+
+        Args:
+            conn_string: a path, `":memory:"`, a `file:` URI, or a `sqlite:///path.db` URL
+                with its query options (see `connect`).
+            kwargs: as for the constructor.
 
         Example:
             >>> async with SQLiteCheckpointer.from_conn_string("agent.db") as cp:  # doctest: +SKIP
             ...     graph = builder.compile(checkpointer=cp)
         """
+        conn = os.fspath(conn_string)
+        if conn.startswith("sqlite://"):
+            conn, kwargs = parse_url(conn).arguments(kwargs, backend="sqlite")
         kwargs["serde"] = loading_serde(  # refused before the file opens
             kwargs.get("serde"), unsafe_allow_any_class=kwargs.get("unsafe_allow_any_class", False))
+        return Opening(lambda: cls(conn, **kwargs), lambda: cls._aopen(conn, dict(kwargs)))
+
+    @classmethod
+    async def _aopen(cls, conn: str, kwargs: dict[str, Any]) -> SQLiteCheckpointer:
+        """The checkpointer, its connections opened on the running event loop."""
+        setup = kwargs.pop("setup", True)
         store = await _open_store(
-            os.fspath(conn_string),
-            kwargs.pop("busy_timeout", 30.0),
-            kwargs.pop("synchronous", "FULL"),
-        )
-        saver = cls(conn_string, _store=store, **kwargs)
+            conn, kwargs.pop("busy_timeout", 30.0), kwargs.pop("synchronous", "FULL"))
         try:
-            await saver.asetup()
-            yield saver
-        finally:
-            await saver.aclose()
+            saver = cls(conn, _store=store, **kwargs)
+        except BaseException:
+            await store.close()
+            raise
+        if setup:
+            try:
+                await saver.asetup()
+            except BaseException:
+                await saver.aclose()
+                raise
+        return saver

@@ -66,6 +66,16 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX lgx_schema_log_order ON lgx_schema_log "
         "(migrated_at, thread_id, checkpoint_ns, checkpoint_id, to_version)",
     ],
+    # 4: the store's audit log: auditing turned on or off (`log_audit_switch`), the newest row
+    # in force (a store-level setting every checkpointer of the file follows).
+    [
+        """CREATE TABLE lgx_audit_log (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            enabled INTEGER NOT NULL,
+            at REAL NOT NULL,
+            reason TEXT NOT NULL
+        )""",
+    ],
 ]
 
 LATEST = len(MIGRATIONS)

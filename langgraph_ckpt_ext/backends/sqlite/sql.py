@@ -19,6 +19,12 @@ MIGRATIONS_TABLE_EXISTS = (
 )
 INSERT_MIGRATION = "INSERT INTO lgx_migrations (version, applied_at) VALUES (?, ?)"
 
+# The store's audit log (`read_audit_log`, `log_audit_switch`): the newest row is in force.
+SELECT_AUDIT_LOG = "SELECT enabled, at, reason FROM lgx_audit_log ORDER BY seq"
+SELECT_AUDIT_LAST = "SELECT enabled, at, reason FROM lgx_audit_log ORDER BY seq DESC LIMIT 1"
+INSERT_AUDIT_SWITCH = "INSERT INTO lgx_audit_log (enabled, at, reason) VALUES (?, ?, ?)"
+AUDIT_LOG_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'lgx_audit_log'"
+
 UPSERT_CHECKPOINT = f"""
 INSERT OR REPLACE INTO lgx_checkpoints ({CHECKPOINT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 

@@ -11,6 +11,7 @@ import aiosqlite
 
 from ...core.errors import check_storage_version
 from ...core.rows import (
+    AuditSwitch,
     BlobRef,
     BlobRow,
     CheckpointRow,
@@ -162,6 +163,26 @@ class SQLiteStore:
             return int(conn.execute(sql.SELECT_STORAGE_VERSION).fetchone()[0])
 
         return await self._reader.call(op)
+
+    async def read_audit_log(self, last: bool = False) -> list[AuditSwitch]:
+        def op(conn: sqlite3.Connection) -> list[AuditSwitch]:
+            try:
+                rows = conn.execute(sql.SELECT_AUDIT_LAST if last else sql.SELECT_AUDIT_LOG)
+                return [AuditSwitch(bool(on), float(at), str(why)) for on, at, why in rows]
+            except sqlite3.OperationalError:  # storage older than the log: never switched
+                if conn.execute(sql.AUDIT_LOG_EXISTS).fetchone() is not None:
+                    raise
+                return []
+
+        return await self._reader.call(op)
+
+    async def log_audit_switch(self, switch: AuditSwitch) -> None:
+        row = (int(switch.enabled), float(switch.at), switch.reason)
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute(sql.INSERT_AUDIT_SWITCH, row)
+
+        await self._commits.submit(op)
 
     # -- writing ----------------------------------------------------------------------------
 
