@@ -161,6 +161,16 @@ def test_storage_and_audit_methods(setup: Setup) -> None:
     assert setup.run(cp.astorage_version()) == setup.inner.storage_version()
     assert cp.migration_log() == [] == setup.run(cp.amigration_log("t"))
 
+    # The store's audit setting: read and switched on the inner (primary) store.
+    assert cp.audit_status().enabled and cp.audit_status() == setup.inner.audit_status()
+    graph.invoke({"messages": [human("buffered")]}, conf("u"))
+    off = cp.disable_audit(reason="a test")
+    assert not off.enabled and off == setup.inner.audit_status() == setup.run(cp.aaudit_status())
+    assert setup.stored("u") == len(list(cp.list(conf("u"))))  # the buffer went first
+    assert setup.run(cp.aenable_audit(reason="back")).enabled
+    assert not setup.run(cp.adisable_audit(reason="again")).enabled
+    assert cp.enable_audit().enabled and setup.inner.audit_status().enabled
+
 
 def test_a_method_the_inner_checkpointer_lacks_says_so(wrapper: str) -> None:
     inner, replica = InMemorySaver(), InMemorySaver()
@@ -218,12 +228,13 @@ def test_migration_methods(backend: str, wrapper: str, tmp_path: Path) -> None:
             g3.invoke({"messages": [human("more")]}, conf("done"))
             assert s.stored("done") < len(list(cp.list(conf("done"))))
 
-        dry = cp.migrate_threads(dry_run=True)
+        dry = cp.migrate_threads(dry_run=True, include_unstamped=True)
         assert dry.dry_run and dry.checkpoints_migrated > 0
-        report = cp.migrate_threads(thread_ids=["done"])
+        report = cp.migrate_threads(thread_ids=["done"], include_unstamped=True)
         assert report.threads_migrated == 1 and report.checkpoints_migrated > 0
-        rest = s.run(cp.amigrate_threads())
-        assert rest.threads_migrated == 1 and cp.migrate_threads().checkpoints_migrated == 0
+        rest = s.run(cp.amigrate_threads(include_unstamped=True))
+        assert rest.threads_migrated == 1
+        assert cp.migrate_threads(include_unstamped=True).checkpoints_migrated == 0
 
         log = cp.migration_log("done")
         assert log and log == s.inner.migration_log("done") == s.run(cp.amigration_log("done"))

@@ -13,7 +13,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 if TYPE_CHECKING:
     from ..core.rows import MigrationEntry, StoredSize
     from ..migrations.runner import MigrationProgress, MigrationReport
-    from ..timetravel.audit import AuditReport
+    from ..timetravel.audit import AuditReport, AuditStatus
 
 
 def store_method(saver: BaseCheckpointSaver[Any], name: str, role: str) -> Callable[..., Any]:
@@ -92,6 +92,30 @@ class Forwarded:
     async def astorage_version(self) -> int:
         return cast(int, await self._aforward("astorage_version", ()))
 
+    def audit_status(self) -> AuditStatus:
+        """Whether the store is audited, with its audit log (see
+        `StoreCheckpointer.audit_status`)."""
+        return cast("AuditStatus", self._forward("audit_status", ()))
+
+    async def aaudit_status(self) -> AuditStatus:
+        return cast("AuditStatus", await self._aforward("aaudit_status", ()))
+
+    def enable_audit(self, *, reason: str = "enable_audit()") -> AuditStatus:
+        """Turn auditing on for the store (see `StoreCheckpointer.enable_audit`); a
+        `SmartCheckpointer` writes its buffer first."""
+        return cast("AuditStatus", self._forward("enable_audit", None, reason=reason))
+
+    async def aenable_audit(self, *, reason: str = "enable_audit()") -> AuditStatus:
+        return cast("AuditStatus", await self._aforward("aenable_audit", None, reason=reason))
+
+    def disable_audit(self, *, reason: str) -> AuditStatus:
+        """Turn the store's auditing off, with a reason (see
+        `StoreCheckpointer.disable_audit`); a `SmartCheckpointer` writes its buffer first."""
+        return cast("AuditStatus", self._forward("disable_audit", None, reason=reason))
+
+    async def adisable_audit(self, *, reason: str) -> AuditStatus:
+        return cast("AuditStatus", await self._aforward("adisable_audit", None, reason=reason))
+
     def migration_log(self, thread_id: str | None = None) -> builtins.list[MigrationEntry]:
         """The state-schema migrations stored checkpoints went through (see
         `StoreCheckpointer.migration_log`)."""
@@ -106,20 +130,22 @@ class Forwarded:
     def migrate_threads(
         self, thread_ids: Sequence[str] | None = None, *, dry_run: bool = False,
         progress: Callable[[MigrationProgress], None] | None = None, concurrency: int = 4,
+        include_unstamped: bool = False,
     ) -> MigrationReport:
         """Rewrite stored checkpoints older than the schema chain's current version (see
         `StoreCheckpointer.migrate_threads`)."""
         return cast("MigrationReport", self._forward(
             "migrate_threads", _threads(thread_ids), thread_ids, dry_run=dry_run,
-            progress=progress, concurrency=concurrency))
+            progress=progress, concurrency=concurrency, include_unstamped=include_unstamped))
 
     async def amigrate_threads(
         self, thread_ids: Sequence[str] | None = None, *, dry_run: bool = False,
         progress: Callable[[MigrationProgress], None] | None = None, concurrency: int = 4,
+        include_unstamped: bool = False,
     ) -> MigrationReport:
         return cast("MigrationReport", await self._aforward(
             "amigrate_threads", _threads(thread_ids), thread_ids, dry_run=dry_run,
-            progress=progress, concurrency=concurrency))
+            progress=progress, concurrency=concurrency, include_unstamped=include_unstamped))
 
 
 def _threads(thread_ids: Sequence[str] | None) -> Sequence[str] | None:

@@ -63,6 +63,9 @@ Consistency = Literal["async", "quorum", "anti_entropy"]
 _MODES = ("async", "quorum", "anti_entropy")
 _BATCH = 64  # ops one replica applies in one batch at most
 _BATCHED = ("put", "writes", "rows")  # ops a replica applies a run of as one batch
+# The primary's helpers that change its store: never sent to a replica (no failover).
+_WRITES = frozenset(f"{a}{name}" for a in ("", "a")
+                    for name in ("migrate_threads", "enable_audit", "disable_audit"))
 _PROBE = {"configurable": {"thread_id": "__lgckpt_probe__", "checkpoint_ns": ""}}
 
 # Errors that say the call was wrong, not that a store is unreachable: raised as they are,
@@ -1222,19 +1225,17 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
 
     def _forward(self, name: str, threads: Sequence[str] | None, *args: Any, **kwargs: Any
                  ) -> Any:
-        migrate = name == "migrate_threads"
         result = self._on_primary(
-            lambda s: store_method(s, name, "primary")(*args, **kwargs), write=migrate)
-        if migrate:
+            lambda s: store_method(s, name, "primary")(*args, **kwargs), write=name in _WRITES)
+        if name == "migrate_threads":
             self._migrated(result)
         return result
 
     async def _aforward(self, name: str, threads: Sequence[str] | None, *args: Any,
                         **kwargs: Any) -> Any:
-        migrate = name == "amigrate_threads"
         result = await self._aon_primary(
-            lambda s: store_method(s, name, "primary")(*args, **kwargs), write=migrate)
-        if migrate:
+            lambda s: store_method(s, name, "primary")(*args, **kwargs), write=name in _WRITES)
+        if name == "amigrate_threads":
             await asyncio.to_thread(self._migrated, result)
         return result
 
