@@ -49,7 +49,7 @@ from ..core.errors import (
 )
 from ..core.filters import validate_filter
 from ..core.lifetime import Lifetime
-from ..core.opening import Opening
+from ..core.opening import Opening, around
 from ..core.saver import PreparedBatch, StoreCheckpointer
 from ..core.urls import parse_url
 from ..timetravel.methods import TimeTravel
@@ -726,25 +726,9 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
             ...         "postgresql://db/app", ["sqlite:///replica.db"]) as cp:
             ...     graph = builder.compile(checkpointer=cp)
         """
-        parse_url(primary)  # a wrong URL is refused here, before anything opens
-        specs = [_replica_spec(r) for r in replicas]
-
-        def open_sync() -> ReplicatedCheckpointer:
-            from ..connect import connect
-
-            saver = connect(primary, **(connect_options or {}))
-            try:
-                cp = cls(saver, specs, consistency, **options)
-            except BaseException:
-                saver.close()
-                raise
-            cp._owned = saver
-            return cp
-
-        async def open_async() -> ReplicatedCheckpointer:
-            return await asyncio.to_thread(open_sync)
-
-        return Opening(open_sync, open_async)
+        specs = [_replica_spec(r) for r in replicas]  # refused before anything opens
+        return around(primary, connect_options,
+                      lambda saver: cls(saver, specs, consistency, **options))
 
     @property
     def replicas(self) -> list[BaseCheckpointSaver[Any]]:

@@ -53,9 +53,8 @@ from ..core.errors import InvalidConfigError
 from ..core.filters import matches, validate_filter
 from ..core.lifetime import Lifetime
 from ..core.lru import SizedLRU
-from ..core.opening import Opening
+from ..core.opening import Opening, around
 from ..core.saver import StoreCheckpointer
-from ..core.urls import parse_url
 from ..core.versions import version_key
 from ..timetravel.history import next_nodes
 from ..timetravel.methods import TimeTravel
@@ -345,24 +344,7 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
             >>> with SmartCheckpointer.from_conn_string("sqlite:///agent.db") as cp:  # doctest: +SKIP
             ...     graph = builder.compile(checkpointer=cp)
         """
-        parse_url(conn_string)  # a wrong URL is refused here, before anything opens
-
-        def open_sync() -> SmartCheckpointer:
-            from ..connect import connect
-
-            inner = connect(conn_string, **(connect_options or {}))
-            try:
-                cp = cls(inner, policy, **options)
-            except BaseException:
-                inner.close()
-                raise
-            cp._owned = inner
-            return cp
-
-        async def open_async() -> SmartCheckpointer:
-            return await asyncio.to_thread(open_sync)
-
-        return Opening(open_sync, open_async)
+        return around(conn_string, connect_options, lambda inner: cls(inner, policy, **options))
 
     # -- metrics ----------------------------------------------------------------------------
 

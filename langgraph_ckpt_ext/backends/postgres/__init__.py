@@ -9,7 +9,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.errors import InvalidConfigError, StoreUnavailableError, require
-from ...core.opening import Opening
+from ...core.opening import Opening, set_up
 from ...core.saver import StoreCheckpointer, loading_serde
 from ...core.urls import parse_url, redact
 from ...migrations import SchemaChain
@@ -117,13 +117,7 @@ class PostgresCheckpointer(StoreCheckpointer):
 
         async def aopen() -> PostgresCheckpointer:
             saver = cls(dsn, **{**kwargs, "setup": False})
-            if kwargs.get("setup", True):
-                try:
-                    await saver.asetup()
-                except BaseException:
-                    await saver.aclose()
-                    raise
-            return saver
+            return await set_up(saver, kwargs.get("setup", True))
 
         return Opening(lambda: cls(dsn, **kwargs), aopen)
 

@@ -9,7 +9,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.bridge import Bridge
 from ...core.errors import require
-from ...core.opening import Opening
+from ...core.opening import Opening, set_up
 from ...core.saver import StoreCheckpointer, loading_serde
 from ...core.urls import parse_url, redact
 from ...migrations import SchemaChain
@@ -120,13 +120,7 @@ class RedisCheckpointer(StoreCheckpointer):
 
         async def aopen() -> RedisCheckpointer:
             saver = cls(conn, **{**kwargs, "setup": False})
-            if kwargs.get("setup", True):
-                try:
-                    await saver.asetup()
-                except BaseException:
-                    await saver.aclose()
-                    raise
-            return saver
+            return await set_up(saver, kwargs.get("setup", True))
 
         return Opening(lambda: cls(conn, **kwargs), aopen)
 

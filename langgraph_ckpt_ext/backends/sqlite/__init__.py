@@ -10,7 +10,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.bridge import Bridge
-from ...core.opening import Opening
+from ...core.opening import Opening, set_up
 from ...core.saver import StoreCheckpointer, loading_serde
 from ...core.urls import parse_url
 from ...migrations import SchemaChain
@@ -162,10 +162,4 @@ class SQLiteCheckpointer(StoreCheckpointer):
         except BaseException:
             await store.close()
             raise
-        if setup:
-            try:
-                await saver.asetup()
-            except BaseException:
-                await saver.aclose()
-                raise
-        return saver
+        return await set_up(saver, setup)
