@@ -1098,8 +1098,10 @@ def _op(item: _Item, encoded: bool = True) -> tuple[Any, ...]:
 
 
 def _decoded_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
+    """A copy of a buffered checkpoint, values decoded: LangGraph starts a run from the
+    checkpoint it reads and updates its versions in place, which must not reach the buffer."""
     values = {ch: codec.decoded(v) for ch, v in checkpoint["channel_values"].items()}
-    return {**checkpoint, "channel_values": values}
+    return {**copy_checkpoint(checkpoint), "channel_values": values}
 
 
 def _writes_for(items: list[_Item], ns: str, checkpoint_id: str) -> list[tuple[str, str, Any]]:
