@@ -43,6 +43,11 @@ EXPECTED = {
         "source still answers: The forecast: sunny and 24 C in Lisbon.",
         "whole_words  You will earn 135.00 EUR.",
         "A/B variant 'whole_words' forked from shift-pay at step 0",
+        "fork waits at: pay out 135.00 EUR?",
+        "fork said no: held the payment",
+        "yes   paid 135.00 EUR   payments: 1",
+        "no    held the payment  payments: 0",
+        "payments in all: 2 (the source's and the 'yes' arm's)",
     ],
 }
 

@@ -833,8 +833,12 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
         extra = _writes_for(items, conf.get("checkpoint_ns", ""), conf["checkpoint_id"])
         if not extra:
             return tup
-        have = {(t, c) for t, c, _ in tup.pending_writes or ()}
-        merged = list(tup.pending_writes or []) + [w for w in extra if (w[0], w[1]) not in have]
+        # a special write (an interrupt, a task's answers, an error) buffered since replaces
+        # the stored one of its task in place, as the store does when the buffer is written
+        newer = {(w[0], w[1]): w for w in extra if WRITES_IDX_MAP.get(w[1], 0) < 0}
+        stored = [newer.get((w[0], w[1]), w) for w in tup.pending_writes or ()]
+        have = {(t, c) for t, c, _ in stored}
+        merged = stored + [w for w in extra if (w[0], w[1]) not in have]
         return tup._replace(pending_writes=merged)
 
     def _buffered_tuple(

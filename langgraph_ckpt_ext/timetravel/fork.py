@@ -11,6 +11,9 @@ the link to its origin in its metadata:
     fork_thread    the fork's own thread id (copies of the fork point into later forks keep the
                    link of their own fork, which this tells apart)
     forked_at      when (ISO 8601, UTC)
+
+A fork point where the graph waited for a human who has since answered is copied as it was
+while it waited (see `_answers`): the fork waits at that interrupt for an answer of its own.
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.types import Command
 
 from ..core.chain import ParentWalk
 from ..core.config import check_id
 from ..core.errors import InvalidConfigError
+from ._answers import asked, reopen
 from ._base import (
     ThreadExistsError,
     ThreadNotFoundError,
@@ -109,6 +114,8 @@ async def afork_copy(
         )
     point = source.checkpoint["id"]
     chain = await _chain(saver, source)
+    # the answer to a question asked here belongs to the source: the fork asks again
+    chain[-1] = source._replace(pending_writes=reopen(source.pending_writes or []))
     # Subgraph checkpoints written up to the fork point (a paused subgraph needs its own).
     children: dict[str, list[CheckpointTuple]] = defaultdict(list)
     async for tup in saver.alist({"configurable": {"thread_id": src_thread}}):
@@ -344,9 +351,22 @@ def lineage(saver: BaseCheckpointSaver[Any], thread_id: str) -> ForkNode:
     return run_sync(saver, alineage(saver, thread_id))
 
 
-def _check_fork_values(values: Mapping[str, Any] | None, graph: Any) -> None:
-    if values is not None and graph is None:
-        raise InvalidConfigError("fork(values=...) applies them through the graph: pass graph=")
+def _check_fork_args(values: Mapping[str, Any] | None, resume: Any, graph: Any) -> None:
+    if graph is None and (values is not None or resume is not None):
+        arg = "values" if values is not None else "resume"
+        raise InvalidConfigError(f"fork({arg}=...) runs through the graph: pass graph=")
+
+
+async def _must_wait(saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> None:
+    """Refuse `resume=` at a checkpoint where the graph asked nothing (before any copy)."""
+    source = await must_get(saver, config)
+    if not asked(source.pending_writes or []):
+        thread_id = ids_of(source.config)[0]
+        raise InvalidConfigError(
+            f"fork(resume=...) answers an interrupt, but checkpoint {source.checkpoint['id']!r} "
+            f"of thread {thread_id!r} waits for no answer: fork at a checkpoint where the graph "
+            "called interrupt() (inspect(...).interrupts), or fork without resume="
+        )
 
 
 async def afork(
@@ -357,16 +377,40 @@ async def afork(
     *,
     graph: Any = None,
     as_node: str | None = None,
+    resume: Any = None,
 ) -> RunnableConfig:
     """A new thread whose history is the source's chain up to the checkpoint `config` names
     (the thread's latest without a checkpoint id), marked as a fork of it; the source is not
-    touched. `values` (with `graph`, the compiled graph) are then applied to the fork as
-    `update_state` does. Returns the config of the fork's head."""
-    _check_fork_values(values, graph)
+    touched. Returns the config of the fork's head.
+
+    At a checkpoint where the graph waited for a human (`interrupt()`), the fork waits there
+    again, whatever the source was answered since: the answer and what the tasks that read it
+    wrote are left out, so `graph.invoke(Command(resume=...), head)` gives the fork its own.
+
+    Args:
+        values: applied to the fork as `update_state` does (needs `graph`, `as_node` optional).
+        graph: the compiled graph, for `values` and `resume`.
+        resume: an answer to the interrupt the fork waits at (a value, or a map of interrupt
+            ids to values, as `Command(resume=...)` takes): the fork runs on with it through
+            `graph` and the head it reaches is returned.
+
+    Raises:
+        InvalidConfigError: `values` or `resume` without `graph`; `resume` (without
+            `values`) at a checkpoint where the graph waited for no answer.
+
+    Example:
+        >>> head = fork(cp, paused.config, "t-1-no", resume="no", graph=graph)  # doctest: +SKIP
+    """
+    _check_fork_args(values, resume, graph)
+    if resume is not None and values is None:
+        await _must_wait(saver, config)
     point = await afork_copy(saver, config, new_thread_id)
     if values is not None:
-        return await graph.aupdate_state(point, dict(values), as_node=as_node)  # type: ignore[no-any-return]
-    return point
+        point = await graph.aupdate_state(point, dict(values), as_node=as_node)
+    if resume is None:
+        return point
+    await graph.ainvoke(Command(resume=resume), point)
+    return (await graph.aget_state(thread_config(ids_of(point)[0]))).config  # type: ignore[no-any-return]
 
 
 def fork(
@@ -377,10 +421,16 @@ def fork(
     *,
     graph: Any = None,
     as_node: str | None = None,
+    resume: Any = None,
 ) -> RunnableConfig:
     """Sync `afork`."""
-    _check_fork_values(values, graph)
+    _check_fork_args(values, resume, graph)
+    if resume is not None and values is None:
+        run_sync(saver, _must_wait(saver, config))
     point = run_sync(saver, afork_copy(saver, config, new_thread_id))
     if values is not None:
-        return graph.update_state(point, dict(values), as_node=as_node)  # type: ignore[no-any-return]
-    return point
+        point = graph.update_state(point, dict(values), as_node=as_node)
+    if resume is None:
+        return point
+    graph.invoke(Command(resume=resume), point)
+    return graph.get_state(thread_config(ids_of(point)[0])).config  # type: ignore[no-any-return]

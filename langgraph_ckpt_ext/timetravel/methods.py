@@ -81,17 +81,19 @@ class TimeTravel:
     def fork(
         self, config: RunnableConfig, new_thread_id: str | None = None,
         values: Mapping[str, Any] | None = None, *, graph: Any = None, as_node: str | None = None,
+        resume: Any = None,
     ) -> RunnableConfig:
         """A new thread holding the history up to a checkpoint (see `timetravel.fork`)."""
         return fork(self._saver(), config, new_thread_id, values, graph=graph,
-                         as_node=as_node)
+                         as_node=as_node, resume=resume)
 
     async def afork(
         self, config: RunnableConfig, new_thread_id: str | None = None,
         values: Mapping[str, Any] | None = None, *, graph: Any = None, as_node: str | None = None,
+        resume: Any = None,
     ) -> RunnableConfig:
         return await afork(self._saver(), config, new_thread_id, values, graph=graph,
-                                as_node=as_node)
+                                as_node=as_node, resume=resume)
 
     def replay(
         self, start: RunnableConfig, end: RunnableConfig | None = None, *, graph: Any = None

@@ -12,9 +12,11 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.types import Command
 
 from ..core.chain import ParentWalk
 from ..core.errors import InvalidConfigError
+from ._answers import answered, asked
 from ._base import CheckpointNotFoundError, ids_of, must_get, run_sync, thread_config
 from .fork import afork_copy
 
@@ -135,12 +137,37 @@ def replay(
 
 def rerun(graph: Any, config: RunnableConfig, input: Any = None, **kwargs: Any) -> Any:
     """Run the graph on from a stored checkpoint (as LangGraph does with a `checkpoint_id`):
-    with `input=None` it continues from there; the new checkpoints branch off that one."""
+    with `input=None` it continues from there; the new checkpoints branch off that one.
+
+    Raises:
+        InvalidConfigError: `input` is a `Command(resume=...)` at a checkpoint whose questions
+            were all answered: LangGraph would replay the stored answers, not this one (fork
+            there instead: `fork(..., resume=...)`).
+    """
+    if _answers(input) and isinstance(saver := graph.checkpointer, BaseCheckpointSaver):
+        _check_answer(config, run_sync(saver, must_get(saver, config)))
     return graph.invoke(input, config, **kwargs)
 
 
 async def arerun(graph: Any, config: RunnableConfig, input: Any = None, **kwargs: Any) -> Any:
+    if _answers(input) and isinstance(saver := graph.checkpointer, BaseCheckpointSaver):
+        _check_answer(config, await must_get(saver, config))
     return await graph.ainvoke(input, config, **kwargs)
+
+
+def _answers(input: Any) -> bool:
+    return isinstance(input, Command) and input.resume is not None
+
+
+def _check_answer(config: RunnableConfig, tup: CheckpointTuple) -> None:
+    writes = tup.pending_writes or []
+    if asked(writes) and asked(writes) <= answered(writes):
+        raise InvalidConfigError(
+            f"checkpoint {tup.checkpoint['id']!r} of thread {ids_of(config)[0]!r} was answered "
+            "already, and LangGraph would run on with the stored answer, not this one: fork "
+            "the thread there with the new answer (fork(saver, config, resume=..., graph=...) "
+            "or ab_test with Variant(resume=...))"
+        )
 
 
 # -- A/B forks -----------------------------------------------------------------------------------
@@ -148,9 +175,11 @@ async def arerun(graph: Any, config: RunnableConfig, input: Any = None, **kwargs
 
 @dataclass(frozen=True)
 class Variant:
-    """One arm of an A/B run: an input (None: go on from the checkpoint), config to merge
-    (e.g. `{"configurable": {"model": "small", "temperature": 0.2}}`), and values to apply to
-    the fork first (as `update_state`, optionally `as_node`)."""
+    """One arm of an A/B run: an input (None: go on from the checkpoint) or the `resume`
+    answer to the interrupt the checkpoint waits at, config to merge (e.g.
+    `{"configurable": {"model": "small", "temperature": 0.2}}`), and values to apply to the
+    fork first (as `update_state`, optionally `as_node`). Each arm's fork of a checkpoint where
+    the graph asked a human waits for its own answer, whatever the source was answered."""
 
     input: Any = None
     config: Mapping[str, Any] | None = None
@@ -158,6 +187,19 @@ class Variant:
     as_node: str | None = None
     thread_id: str | None = None
     """The fork's thread id (default: `<source>~<variant>-<random>`)."""
+    resume: Any = None
+    """The arm's answer: runs it with `Command(resume=resume)`."""
+
+    def __post_init__(self) -> None:
+        if self.resume is not None and self.input is not None:
+            raise InvalidConfigError(
+                "a Variant takes input or resume, not both: pass "
+                "input=Command(resume=..., update=...) to answer and update at once"
+            )
+
+    def run_input(self) -> Any:
+        """What the arm's run is invoked with."""
+        return self.input if self.resume is None else Command(resume=self.resume)
 
 
 @dataclass
@@ -224,7 +266,7 @@ def ab_test(
         try:
             if v.values is not None:
                 fork = graph.update_state(fork, dict(v.values), as_node=v.as_node)
-            graph.invoke(v.input, _merge(fork, v.config))
+            graph.invoke(v.run_input(), _merge(fork, v.config))
             final = graph.get_state(thread_config(thread)).values
             result.runs[name] = VariantRun(name, thread, dict(final))
         except Exception as exc:
@@ -247,7 +289,7 @@ async def aab_test(
         try:
             if v.values is not None:
                 fork = await graph.aupdate_state(fork, dict(v.values), as_node=v.as_node)
-            await graph.ainvoke(v.input, _merge(fork, v.config))
+            await graph.ainvoke(v.run_input(), _merge(fork, v.config))
             final = (await graph.aget_state(thread_config(thread))).values
             return VariantRun(name, thread, dict(final))
         except Exception as exc:
@@ -261,5 +303,6 @@ async def aab_test(
 def _saver(graph: Any) -> BaseCheckpointSaver[Any]:
     saver = getattr(graph, "checkpointer", None)
     if not isinstance(saver, BaseCheckpointSaver):
-        raise InvalidConfigError("A/B runs need a graph compiled with a checkpointer")
+        raise InvalidConfigError("time travel through a graph needs a graph compiled with a "
+                                 "checkpointer")
     return saver
