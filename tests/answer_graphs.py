@@ -75,3 +75,32 @@ def two_questions_graph(calls: Calls) -> StateGraph:
     b.add_edge("ask_twice", "notify")
     b.add_edge("notify", END)
     return b
+
+
+class NestedState(TypedDict, total=False):
+    text: str
+
+
+def nested_graph(calls: Calls) -> StateGraph:
+    """outer -> child subgraph (prepare, which records its call; ask, which waits for a human)."""
+
+    def prepare(state: NestedState, config: RunnableConfig) -> dict[str, Any]:
+        calls.append((config["configurable"]["thread_id"], "prepare"))
+        return {"text": state["text"] + "+prepared"}
+
+    def ask(state: NestedState) -> dict[str, Any]:
+        return {"text": state["text"] + f"+{interrupt('inner question')}"}
+
+    inner = StateGraph(NestedState)
+    inner.add_node("prepare", prepare)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "prepare")
+    inner.add_edge("prepare", "ask")
+    inner.add_edge("ask", END)
+    b = StateGraph(NestedState)
+    b.add_node("outer", lambda s: {"text": s["text"] + "+outer"})
+    b.add_node("child", inner.compile())
+    b.add_edge(START, "outer")
+    b.add_edge("outer", "child")
+    b.add_edge("child", END)
+    return b

@@ -22,7 +22,13 @@ from langgraph_ckpt_ext.timetravel import (
     history,
 )
 
-from .answer_graphs import Calls, decision_graph, parallel_graph, two_questions_graph
+from .answer_graphs import (
+    Calls,
+    decision_graph,
+    nested_graph,
+    parallel_graph,
+    two_questions_graph,
+)
 from .conftest import BACKENDS, cleanup, conf, make_saver
 from .graphs import subgraph_graph
 
@@ -185,6 +191,33 @@ def test_fork_at_an_answered_interrupt_inside_a_subgraph(saver: Any) -> None:
     out = graph.invoke(Command(resume="ok"), head)
     assert out["text"] == "x+outer+inner(ok)" and out["trail"] == ["outer"]
     assert graph.get_state(conf("outer")).values["text"] == "x+outer+inner(src)"
+
+
+def test_fork_inside_a_subgraph_resumes_the_subgraph_where_it_paused(saver: Any) -> None:
+    """The subgraph's own checkpoints up to its pause come along (they are written after the
+    parent's fork point): its nodes before the question do not run again in the fork, and
+    the subgraph's answer is dropped there too."""
+    calls: Calls = []
+    graph = nested_graph(calls).compile(checkpointer=saver)
+    paused = answered(graph, "nest", "src", {"text": "x"})
+    assert calls == [("nest", "prepare")]
+    head = fork(saver, paused.config, "nest-fork")
+    assert [i.value for i in graph.get_state(conf("nest-fork"), subgraphs=True).interrupts] \
+        == ["inner question"]
+    out = graph.invoke(Command(resume="ok"), head)
+    assert out["text"] == "x+outer+prepared+ok"
+    assert calls == [("nest", "prepare")]  # prepare ran once, on the source only
+    assert graph.get_state(conf("nest")).values["text"] == "x+outer+prepared+src"
+
+
+def test_fork_of_a_thread_still_waiting_inside_a_subgraph(saver: Any) -> None:
+    calls: Calls = []
+    graph = nested_graph(calls).compile(checkpointer=saver)
+    graph.invoke({"text": "x"}, conf("wait"))
+    head = fork(saver, graph.get_state(conf("wait")).config, "wait-fork")
+    assert graph.invoke(Command(resume="a"), head)["text"] == "x+outer+prepared+a"
+    assert graph.invoke(Command(resume="b"), conf("wait"))["text"] == "x+outer+prepared+b"
+    assert calls == [("wait", "prepare")]
 
 
 @pytest.mark.parametrize("inner_kind", ["memory", "sqlite"])

@@ -90,6 +90,24 @@ async def _put_chain(
         previous, parent = versions, cp["id"]
 
 
+def _subgraph_part(tups: list[CheckpointTuple], point: str, step_end: str | None
+                   ) -> list[CheckpointTuple]:
+    """What a fork at `point` copies of one subgraph namespace, oldest first: its checkpoints
+    up to the fork point, and, when the subgraph waited for a human during the step that
+    starts there (its checkpoints then come after `point`, before `step_end`), those up to
+    the one where it waited, reopened as `fork` reopens the fork point."""
+    tups = sorted(tups, key=lambda t: t.checkpoint["id"])
+    before = [t for t in tups if t.checkpoint["id"] <= point]
+    step = [t for t in tups
+            if t.checkpoint["id"] > point and (step_end is None or t.checkpoint["id"] < step_end)]
+    waited = next((i for i, t in enumerate(step) if asked(t.pending_writes or ())), None)
+    if waited is None:
+        return before
+    paused = step[waited]
+    return [*before, *step[:waited],
+            paused._replace(pending_writes=reopen(paused.pending_writes or []))]
+
+
 async def afork_copy(
     saver: BaseCheckpointSaver[Any],
     config: RunnableConfig,
@@ -116,12 +134,16 @@ async def afork_copy(
     chain = await _chain(saver, source)
     # the answer to a question asked here belongs to the source: the fork asks again
     chain[-1] = source._replace(pending_writes=reopen(source.pending_writes or []))
-    # Subgraph checkpoints written up to the fork point (a paused subgraph needs its own).
     children: dict[str, list[CheckpointTuple]] = defaultdict(list)
+    later: list[str] = []  # root checkpoints after the fork point: the first ends its step
     async for tup in saver.alist({"configurable": {"thread_id": src_thread}}):
         _, ns, cid = ids_of(tup.config)
-        if ns and cid is not None and cid <= point:
+        if cid is not None and ns:
             children[ns].append(tup)
+        elif cid is not None and cid > point:
+            later.append(cid)
+    step_end = min(later, default=None)
+    children = {ns: _subgraph_part(tups, point, step_end) for ns, tups in children.items()}
     mark = {
         "fork_of": src_thread,
         "fork_checkpoint": point,
