@@ -95,6 +95,17 @@ def _unavailable(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and not isinstance(exc, _CALLER_ERRORS)
 
 
+def _caller_gone(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether the calling coroutine, started on `loop`, outlived it (closed under it, then
+    collected, maybe while another loop runs): what failed then is the caller's loop, not
+    the primary, which stays up."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return running is not loop or loop.is_closed()
+
+
 # -- what is queued ---------------------------------------------------------------------------
 
 
@@ -1151,13 +1162,13 @@ class ReplicatedCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded):
 
     async def _aon_primary(self, call: Callable[[BaseCheckpointSaver[Any]], Any],
                            write: bool = False) -> Any:
-        primary = self.primary
+        primary, loop = self.primary, asyncio.get_running_loop()
         if time.monotonic() < self._primary_down_until:
             return await call(self._fallback(write, self._primary_error, primary))
         try:
             return await call(primary)
         except BaseException as exc:
-            if not _unavailable(exc) or not (self._replicas and (
+            if _caller_gone(loop) or not _unavailable(exc) or not (self._replicas and (
                     self.failover_reads or write)):
                 raise
             self._primary_down(exc, primary)

@@ -7,9 +7,15 @@ together (`GroupCommit`): one `BEGIN IMMEDIATE ... COMMIT` (one fsync) for all t
 queued while the previous batch ran, each inside its own SAVEPOINT so that one failing write
 fails alone.
 
-`Db` reaches two private names of aiosqlite (`_execute`, `_conn`), the mechanism behind all
-its public methods; `Db` checks them when it is made, so a change in aiosqlite fails loudly at
-open time, never silently.
+A job answers its caller itself, never through aiosqlite's reply: aiosqlite's thread answers
+on the caller's event loop, and dies ("Event loop is closed") if that loop closed meanwhile
+(one `asyncio.run` per request ends while its last job still runs), leaving every later call
+and `close()` waiting for good. Ours skips a closed loop, so one connection serves any number
+of successive event loops.
+
+`Db` reaches private names of aiosqlite (`_tx`, `_conn`, `_running`, `_connection`), the
+mechanism behind all its public methods; `Db` checks them when it is made, so a change in
+aiosqlite fails loudly at open time, never silently.
 """
 
 from __future__ import annotations
@@ -31,7 +37,12 @@ class Db:
     """One aiosqlite connection whose thread runs whole operations."""
 
     def __init__(self, conn: aiosqlite.Connection) -> None:
-        if not (callable(getattr(conn, "_execute", None)) and hasattr(type(conn), "_conn")):
+        if not (
+            callable(getattr(getattr(conn, "_tx", None), "put_nowait", None))
+            and hasattr(type(conn), "_conn")
+            and hasattr(conn, "_running")
+            and hasattr(conn, "_connection")
+        ):
             raise RuntimeError(
                 f"unsupported aiosqlite {getattr(aiosqlite, '__version__', '?')}: "
                 "install aiosqlite>=0.20,<0.23"
@@ -40,25 +51,76 @@ class Db:
 
     async def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run `fn(sqlite3_connection)` on the connection's thread; one round trip."""
-        return await self.conn._execute(_Job(fn, self.conn))  # type: ignore[no-any-return,no-untyped-call]
+        fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self.post(_Job(fn, self.conn, fut))
+        return await fut
+
+    def sqlite(self) -> sqlite3.Connection:
+        """The sqlite3 connection, for a job on the connection's thread (ValueError if closed)."""
+        return self.conn._conn
+
+    def post(self, job: Callable[[], None]) -> None:
+        """Queue `job` on the connection's thread, with no reply: it answers whoever waits.
+
+        Raises:
+            ValueError: the connection is closed (its thread runs nothing more), as aiosqlite
+                itself raises.
+        """
+        conn = self.conn
+        if not conn._running or conn._connection is None:
+            raise ValueError("the SQLite connection is closed: open a new checkpointer")
+        # Not None: aiosqlite before 0.22 answers whatever stands there.
+        conn._tx.put_nowait((_NO_REPLY, job))  # type: ignore[arg-type]
+
+
+class _NoReply:
+    """What aiosqlite's thread answers to after a job of ours: nobody (the job answered)."""
+
+    def get_loop(self) -> _NoReply:
+        return self
+
+    def call_soon_threadsafe(self, *args: object) -> None:
+        return None
+
+
+_NO_REPLY = _NoReply()
 
 
 class _Job:
-    """One call, run once. aiosqlite's thread keeps the last job it ran until the next one
-    comes: a job that still held its function would keep the connection and whatever the
-    function holds (a checkpointer dropped without close()) alive, and the thread with them."""
+    """One call, run once, that never raises on aiosqlite's thread. That thread keeps the last
+    job it ran until the next one comes: a job that still held its function would keep the
+    connection and whatever the function holds (a checkpointer dropped without close())
+    alive, and the thread with them."""
 
-    __slots__ = ("conn", "fn")
+    __slots__ = ("conn", "fn", "fut")
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], Any], conn: aiosqlite.Connection) -> None:
+    def __init__(
+        self,
+        fn: Callable[[sqlite3.Connection], Any],
+        conn: aiosqlite.Connection,
+        fut: asyncio.Future[Any],
+    ) -> None:
         self.fn: Callable[[sqlite3.Connection], Any] | None = fn
         self.conn: aiosqlite.Connection | None = conn
+        self.fut: asyncio.Future[Any] | None = fut
 
-    def __call__(self) -> Any:
-        fn, conn = self.fn, self.conn
-        self.fn = self.conn = None
-        assert fn is not None and conn is not None, "a job runs once"
-        return fn(conn._conn)
+    def __call__(self) -> None:
+        fn, conn, fut = self.fn, self.conn, self.fut
+        self.fn = self.conn = self.fut = None
+        assert fn is not None and conn is not None and fut is not None, "a job runs once"
+        try:
+            result = fn(conn._conn)
+        except BaseException as exc:
+            _answer(fut, None, exc)
+        else:
+            _answer(fut, result, None)
+
+
+def _answer(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """Settle `fut` on its loop, from the connection's thread; a closed loop has nobody
+    waiting (it raises RuntimeError), and must not take the thread down with it."""
+    with contextlib.suppress(RuntimeError):
+        fut.get_loop().call_soon_threadsafe(_settle, fut, result, error)
 
 
 def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -71,63 +133,87 @@ def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) 
 
 
 class GroupCommit:
-    """Queues write operations and commits whatever has queued in one transaction."""
+    """Queues write operations and commits whatever has queued in one transaction.
+
+    The flush is a job posted to the connection's thread, never a task of a caller's loop: a
+    task dies with its loop, and the batch (and every later write) would wait for it forever.
+    """
 
     def __init__(self, db: Db) -> None:
         self._db = db
         self._guard = threading.Lock()
         self._pending: list[tuple[Op, asyncio.Future[Any]]] = []
-        self._scheduled = False
-        self._flushes: set[asyncio.Task[None]] = set()  # strong references while they run
+        self._leader: asyncio.AbstractEventLoop | None = None  # whose caller posts the flush
 
     async def submit(self, op: Op) -> Any:
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
         with self._guard:
             self._pending.append((op, fut))
-            lead = not self._scheduled
-            self._scheduled = True
+            # A leader whose loop closed before it posted the flush never will: take over.
+            lead = self._leader is None or self._leader.is_closed()
+            if lead:
+                self._leader = loop
         if lead:
-            # The flush runs as a task of its own, so that a caller cancelled meanwhile cannot
-            # leave the batch (and every later write) waiting for a flush that never comes.
-            task = asyncio.ensure_future(self._lead())
-            self._flushes.add(task)
-            task.add_done_callback(self._flushes.discard)
+            try:
+                # One turn of the event loop lets writes issued together (a step's writes and
+                # its checkpoint) join this batch: one commit, one fsync, for all of them.
+                await asyncio.sleep(0)
+            finally:  # cancelled or not, the batch waits on this post
+                self._post_flush()
         return await fut
 
-    async def _lead(self) -> None:
-        # One turn of the event loop lets writes issued together (a step's writes and its
-        # checkpoint) join this batch: one commit, one fsync, for all of them.
-        await asyncio.sleep(0)
-        await self._db.call(self._flush)
-
-    def _flush(self, conn: sqlite3.Connection) -> None:
+    def _take(self) -> list[tuple[Op, asyncio.Future[Any]]]:
         with self._guard:
             batch, self._pending = self._pending, []
-            self._scheduled = False
-        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+            self._leader = None
+        return batch
+
+    def _post_flush(self) -> None:
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            self._db.post(self._flush)
+        except BaseException as exc:  # closed: nothing will run the batch
+            for _, fut in self._take():
+                _answer(fut, None, exc)
+
+    def _flush(self) -> None:
+        batch = self._take()
+        if not batch:  # taken by an earlier flush
+            return
+        try:
+            outcomes = _commit(self._db.sqlite(), batch)
         except BaseException as exc:
             outcomes = [(fut, None, exc) for _, fut in batch]
-        else:
-            for op, fut in batch:
-                conn.execute("SAVEPOINT lgx_op")
-                try:
-                    result = op(conn)
-                except BaseException as exc:
-                    conn.execute("ROLLBACK TO lgx_op")
-                    conn.execute("RELEASE lgx_op")
-                    outcomes.append((fut, None, exc))
-                else:
-                    conn.execute("RELEASE lgx_op")
-                    outcomes.append((fut, result, None))
-            try:
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                outcomes = [(fut, None, exc) for fut, _, _ in outcomes]
         for fut, result, error in outcomes:
-            # A closed caller's loop raises RuntimeError: nobody waits for that result.
-            with contextlib.suppress(RuntimeError):
-                fut.get_loop().call_soon_threadsafe(_settle, fut, result, error)
+            _answer(fut, result, error)
+
+
+_Outcome = tuple[asyncio.Future[Any], Any, BaseException | None]
+
+
+def _commit(conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any]]]) -> list[_Outcome]:
+    """Run the batch in one transaction, each op in a SAVEPOINT of its own: one failing op
+    fails alone; a failed BEGIN or COMMIT fails them all."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except BaseException as exc:
+        return [(fut, None, exc) for _, fut in batch]
+    outcomes: list[_Outcome] = []
+    for op, fut in batch:
+        conn.execute("SAVEPOINT lgx_op")
+        try:
+            result = op(conn)
+        except BaseException as exc:
+            conn.execute("ROLLBACK TO lgx_op")
+            conn.execute("RELEASE lgx_op")
+            outcomes.append((fut, None, exc))
+        else:
+            conn.execute("RELEASE lgx_op")
+            outcomes.append((fut, result, None))
+    try:
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        return [(fut, None, exc) for fut, _, _ in outcomes]
+    return outcomes
