@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
-from ..core.bridge import Bridge
 from ..core.errors import (
     CheckpointNotFoundError,
     InvalidConfigError,
@@ -31,11 +30,6 @@ def run_sync(saver: BaseCheckpointSaver[Any], coro: Coroutine[Any, Any, T]) -> T
     sync = getattr(saver, "_sync", None)
     if sync is not None:
         return sync(coro)  # type: ignore[no-any-return]
-    # A wrapper around one of ours (SmartCheckpointer) runs on its inner's loop: a loop made
-    # for one call and closed after it could strand work the inner scheduled on it.
-    bridge = getattr(getattr(saver, "inner", None), "_bridge", None)
-    if isinstance(bridge, Bridge):
-        return bridge.run(coro)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
