@@ -129,3 +129,27 @@ def test_setup_is_idempotent_and_concurrent() -> None:
 def test_invalid_schema_name_is_refused() -> None:
     with pytest.raises(InvalidConfigError, match="schema"):
         PostgresCheckpointer(PG_DSN, schema='x"; DROP TABLE t; --', setup=False)
+
+
+def test_a_transaction_left_open_is_ended_by_the_server() -> None:
+    """A pool we open asks the server to end a session idle inside a transaction (one a closed
+    event loop left mid-write would otherwise hold its locks until garbage-collected); a
+    caller's `server_settings` decides."""
+    schema = pg_schema()
+    ours = PostgresCheckpointer(PG_DSN, schema=schema)
+    theirs = PostgresCheckpointer(
+        PG_DSN, schema=schema, server_settings={"idle_in_transaction_session_timeout": "5s"})
+
+    async def settings(cp: PostgresCheckpointer) -> tuple[str, str]:
+        pool = await cp.store._pool()
+        async with pool.acquire() as conn:
+            return (await conn.fetchval("SHOW idle_in_transaction_session_timeout"),
+                    await conn.fetchval("SHOW search_path"))
+
+    try:
+        assert asyncio.run(settings(ours)) == ("1min", schema)
+        assert asyncio.run(settings(theirs)) == ("5s", schema)
+    finally:
+        ours.close()
+        theirs.close()
+        drop_pg_schemas(schema)

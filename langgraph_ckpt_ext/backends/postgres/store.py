@@ -62,6 +62,10 @@ def _checkpoint(r: Any) -> CheckpointRow:
     return CheckpointRow(r[0], r[1], r[2], r[3], r[4], (r[5], r[6]), (r[7], r[8]))
 
 
+IDLE_IN_TRANSACTION = "60s"
+"""Default server limit on a session idle inside a transaction (`server_settings` overrides)."""
+
+
 class PostgresStore:
     """Rows in PostgreSQL. Each operation takes a connection of the pool of the caller's event
     loop (asyncpg pools belong to one loop; the store opens one per loop from its DSN), so
@@ -86,6 +90,12 @@ class PostgresStore:
         # no session state (locks are transaction-scoped, settings come with the connection), so
         # a released connection needs no reset query: one round trip less per operation.
         self._options = {"min_size": 1, "max_size": 10, "reset": _keep, **(pool_options or {})}
+        # No transaction of ours waits on anything but the server; one left open by a caller's
+        # event loop closed mid-write (its socket unclosed until garbage-collected) would hold
+        # its locks, and block prune or DDL, for as long: the server ends it after a minute.
+        settings = dict(self._options.get("server_settings") or {})
+        settings.setdefault("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION)
+        self._options["server_settings"] = settings
         self._pools: PerLoop[asyncpg.Pool] = PerLoop(
             lambda: asyncpg.create_pool(self._dsn, **self._options),
             lambda pool: pool.close(),
