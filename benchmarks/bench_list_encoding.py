@@ -1,6 +1,6 @@
 """Benchmark: what a put pays per message to encode a message list (no storage).
 
-A thread of N messages (~500 bytes each, as in bench_sqlite.py), one new message per put:
+A thread of N messages (~500 bytes each, as in bench_backends.py), one new message per put:
   whole      LangGraph's serializer on the whole list (what its savers do at every put);
   marks      only checking each item's type and pickled state (`codec.item_mark`);
   item reuse `codec.encode_items` on top of the list encoded before (our puts, and
@@ -21,7 +21,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph_ckpt_ext.core import codec
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_sqlite import text  # the benchmark's ~500-byte prose
+from bench_backends import text  # the benchmark's ~500-byte prose
 
 
 def thread(turns: int) -> list[Any]:

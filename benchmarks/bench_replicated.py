@@ -1,6 +1,6 @@
 """Benchmark: ReplicatedCheckpointer's consistency modes against the bare primary.
 
-The agent of `bench_sqlite.py` (agent -> tool -> agent per turn, ~500-byte messages, a tool call
+The agent of `bench_backends.py` (agent -> tool -> agent per turn, ~500-byte messages, a tool call
 each turn, five checkpoints per turn with LangGraph's default durability="async"), THREADS
 threads x TURNS turns with `ainvoke` (default 16 x 20, best of 3 rounds), at concurrency 1
 (threads one after another) and, with `--concurrency 1 16`, also 16 turns of different threads
@@ -66,7 +66,7 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_sqlite import build_graph, text
+from bench_backends import build_graph, text
 from places import drop
 
 from langgraph_ckpt_ext import (

@@ -1,6 +1,6 @@
 """Benchmark: SmartCheckpointer's policies against the bare backend, on the agent workload.
 
-The agent of `bench_sqlite.py` (agent -> tool -> agent per turn, ~500-byte messages, a tool call
+The agent of `bench_backends.py` (agent -> tool -> agent per turn, ~500-byte messages, a tool call
 each turn), THREADS threads x TURNS turns at concurrency 1, on SQLite and on PostgreSQL.
 Variants, interleaved round by round, each on a fresh database (file or schema):
 
@@ -34,7 +34,7 @@ from typing import Any
 from langchain_core.messages import HumanMessage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_sqlite import build_graph, text
+from bench_backends import build_graph, text
 from places import drop
 
 from langgraph_ckpt_ext import (
