@@ -25,8 +25,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command
 
 from langgraph_ckpt_ext.cli import build_parser, main
-from langgraph_ckpt_ext.cli.inspect import checkpoint_ref
 from langgraph_ckpt_ext.cli.output import Output, cell
+from langgraph_ckpt_ext.cli.selection import checkpoint_ref
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.migrations import SchemaChain
 

@@ -54,9 +54,9 @@ threads (each reported on stderr)"""
 
 
 def _command_modules() -> list[ModuleType]:
-    from . import audit, inspect, move
+    from . import audit, browse, maintain, move
 
-    return [inspect, move, audit]
+    return [browse, maintain, move, audit]
 
 
 def build_parser() -> argparse.ArgumentParser:
