@@ -7,7 +7,7 @@ import contextlib
 import os
 import threading
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -220,3 +220,19 @@ def in_running_loop(fn: Callable[[], Any]) -> Any:
         return fn()
 
     return asyncio.run(main())
+
+
+def plain_or_smart(kind: str, policies: Mapping[str, Any], tmp_path: Path) -> Iterator[Any]:
+    """For a fixture: a backend's saver (`kind` a backend name), or a SmartCheckpointer over
+    one (`kind` a key of `policies`, "smart-NAME:BACKEND", with the policy it maps to); closed
+    and cleaned up after the test."""
+    from langgraph_ckpt_ext import SmartCheckpointer
+
+    inner_kind = kind.partition(":")[2] if kind in policies else kind
+    inner = make_saver(inner_kind, tmp_path)
+    cp = SmartCheckpointer(inner, policies[kind]) if kind in policies else inner
+    yield cp
+    cp.close()
+    if cp is not inner:
+        inner.close()
+    cleanup(inner_kind, inner)

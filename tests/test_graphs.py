@@ -16,7 +16,6 @@ from langgraph_ckpt_ext import (
     OnEvents,
     Periodic,
     ReplicatedCheckpointer,
-    SmartCheckpointer,
 )
 
 from .conftest import (
@@ -26,6 +25,7 @@ from .conftest import (
     cleanup,
     in_running_loop,
     make_saver,
+    plain_or_smart,
 )
 from .graphs import (
     approval_graph,
@@ -69,14 +69,7 @@ def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     if kind in REPLICATED:
         yield from replicated_saver(kind, tmp_path)
         return
-    inner_kind = kind.partition(":")[2] if kind in SMART else kind
-    inner = make_saver(inner_kind, tmp_path)
-    cp = SmartCheckpointer(inner, SMART[kind]) if kind in SMART else inner
-    yield cp
-    cp.close()
-    if cp is not inner:
-        inner.close()
-    cleanup(inner_kind, inner)
+    yield from plain_or_smart(kind, SMART, tmp_path)
 
 
 def replicated_saver(kind: str, tmp_path: Path) -> Iterator[Any]:

@@ -29,7 +29,7 @@ from .answer_graphs import (
     parallel_graph,
     two_questions_graph,
 )
-from .conftest import BACKENDS, cleanup, conf, make_saver
+from .conftest import BACKENDS, conf, make_saver, plain_or_smart
 from .graphs import subgraph_graph
 
 SMART = {"smart-events:sqlite": OnEvents(), "smart-periodic:sqlite": Periodic(3600)}
@@ -38,14 +38,7 @@ SMART = {"smart-events:sqlite": OnEvents(), "smart-periodic:sqlite": Periodic(36
 @pytest.fixture(params=[*BACKENDS, *SMART])
 def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     kind = str(request.param)
-    inner_kind = kind.partition(":")[2] if kind in SMART else kind
-    inner = make_saver(inner_kind, tmp_path)
-    cp = SmartCheckpointer(inner, SMART[kind]) if kind in SMART else inner
-    yield cp
-    cp.close()
-    if cp is not inner:
-        inner.close()
-    cleanup(inner_kind, inner)
+    yield from plain_or_smart(kind, SMART, tmp_path)
 
 
 def rows(saver: Any, thread: str) -> list[Any]:
