@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from typing import Any, ParamSpec, TypeVar
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 _CLOSE_TIMEOUT = 30.0  # seconds a finalizer's close may take before the loop stops anyway
 
@@ -25,6 +26,25 @@ def run_inline(coro: Coroutine[Any, Any, T]) -> T:
         return stop.value  # type: ignore[no-any-return]
     coro.close()
     raise RuntimeError("run_inline: the coroutine suspended; it needs an event loop")
+
+
+async def either(
+    sync: bool,
+    call: Callable[P, T],
+    acall: Callable[P, Awaitable[T]],
+    /,
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    """One call of logic written once, as a coroutine, for a sync and an async entry point:
+    `call` when `sync` (the coroutine then never suspends on it, and the sync entry point runs
+    the whole coroutine with `run_inline`), else `await acall`. A wrapper's `flush` and
+    `aflush`, say, are then `run_inline(self._flush(sync=True))` and
+    `await self._flush(sync=False)`, with the inner saver's `put_batch`/`aput_batch` chosen here.
+    """
+    if sync:
+        return call(*args, **kwargs)
+    return await acall(*args, **kwargs)
 
 
 class Bridge:
