@@ -24,6 +24,7 @@ from .core.errors import (
     PrimaryUnavailableError,
     QuorumUnavailableError,
     ReplicationError,
+    SchemaVersionError,
     SerializationError,
     StorageVersionError,
     StoreBusyError,
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from .backends.sqlite import SQLiteCheckpointer
     from .connect import connect
     from .core.rows import MigrationEntry
-    from .migrations import SchemaChain, SchemaVersionError, Step
+    from .core.schema import SchemaChain, SchemaStep
     from .migrations.runner import MigrationProgress, MigrationReport
     from .state import (
         AgentSnapshot,
@@ -70,9 +71,8 @@ _LAZY = {
     "RedisCheckpointer": ".backends.redis",
     "connect": ".connect",
     "MigrationEntry": ".core.rows",
-    "SchemaChain": ".migrations",
-    "SchemaVersionError": ".migrations",
-    "Step": ".migrations",
+    "SchemaChain": ".core.schema",
+    "SchemaStep": ".core.schema",
     "MigrationProgress": ".migrations.runner",
     "MigrationReport": ".migrations.runner",
     **dict.fromkeys(
@@ -119,10 +119,10 @@ __all__ = [
     "ReplicationStatus",
     "SQLiteCheckpointer",
     "SchemaChain",
+    "SchemaStep",
     "SchemaVersionError",
     "SerializationError",
     "SmartCheckpointer",
-    "Step",
     "StorageVersionError",
     "StoreBusyError",
     "StoreUnavailableError",

@@ -246,7 +246,7 @@ def _history_one_by_one(saver: StoreCheckpointer, args: argparse.Namespace,
                         damage: DamageLog) -> list[dict[str, Any]]:
     """The history of a damaged thread: its checkpoints listed from their records (no value
     decoded), each then read alone; one that cannot be is listed as damaged."""
-    from ..timetravel.history import next_nodes
+    from ..core.graph import next_nodes
 
     rows: list[dict[str, Any]] = []
     entries = iter(_entries(saver, args, metadata_only=True))

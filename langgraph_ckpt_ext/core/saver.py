@@ -63,6 +63,7 @@ from .errors import InvalidConfigError
 from .filters import matches, validate_filter
 from .lifetime import store_lifetime
 from .rows import AuditSwitch, BlobRef, BlobRow, CheckpointRow, ListQuery, StoredSize, WriteRow
+from .schema import SchemaChain, compare, stored_schema_name, stored_schema_version
 from .store import BatchItem, BlobKey, Store
 from .versions import (
     Version,
@@ -75,7 +76,6 @@ from .versions import (
 )
 
 if TYPE_CHECKING:
-    from ..migrations import SchemaChain
     from ..migrations.runner import MigrationProgress, MigrationReport
     from ..timetravel.audit import Auditor, AuditReport, AuditStatus
     from .rows import MigrationEntry
@@ -581,8 +581,6 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         Channels whose value the upgrade changed or added get a fresh version marked as not
         stored (`upgraded_version`): the next `put` of a checkpoint that still holds them
         stores them, so a thread resumed from here keeps its upgraded values."""
-        from ..migrations import compare, stored_schema_name
-
         if not chain.owns(stored_schema_name(tup.metadata, tup.checkpoint["id"])):
             return tup  # another chain's: its versions mean nothing to this one
         stored = stored_schema_version(tup.metadata, chain, tup.checkpoint["id"])
@@ -1140,19 +1138,6 @@ class _PreparedPut:
     sealed: Any
     dropped: tuple[str, ...]
     """Channels written without an append plan (not lists): the log forgets their chains."""
-
-
-def stored_schema_version(metadata: Mapping[str, Any], chain: SchemaChain, checkpoint_id: str) -> int:
-    """The state-schema version a checkpoint was stored under (unstamped: the chain's first)."""
-    from ..migrations import SchemaVersionError
-
-    version = metadata.get("schema_version", chain.first)
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise SchemaVersionError(
-            f"checkpoint {checkpoint_id!r} has schema_version {version!r} in its metadata, "
-            "not an int"
-        )
-    return version
 
 
 def _list_query(config: RunnableConfig | None, before: RunnableConfig | None) -> ListQuery:

@@ -24,12 +24,13 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP
 from ..core import codec
 from ..core.appendlog import AppendLog
 from ..core.errors import InvalidConfigError
+from ..core.graph import is_reserved
 from ..core.rows import CheckpointRow, ListQuery, MigrationEntry, WriteRow
+from ..core.schema import SchemaChain, compare, stored_schema_name, stored_schema_version
 from ..core.versions import Version, next_version
 
 if TYPE_CHECKING:
     from ..core.saver import StoreCheckpointer
-    from . import SchemaChain
 
 _PAGE = 32
 
@@ -200,8 +201,6 @@ async def migrate_threads(
 def _owner(metadata: Sequence[Mapping[str, Any]], rows: list[CheckpointRow]) -> str | None:
     """The chain name on a thread's newest named checkpoint (rows come newest first): a run
     killed halfway through a thread has stamped its oldest checkpoints, so it still owns it."""
-    from . import stored_schema_name
-
     for md, row in zip(metadata, rows, strict=True):
         name = stored_schema_name(md, row.checkpoint_id)
         if name is not None:
@@ -219,9 +218,6 @@ async def _migrate_thread(
 ) -> None:
     """Rewrite a thread's old checkpoints, oldest first, so that a list value growing along the
     thread is stored as append-deltas on the one rewritten before it, as `put` stores it."""
-    from ..core.saver import stored_schema_version
-    from . import compare, stored_schema_name
-
     store = saver._store
     rows = [r async for r in store.iter_checkpoints(ListQuery(thread_id=thread_id))]
     if not rows:
@@ -317,8 +313,6 @@ def _upgraded_writes(
 ) -> tuple[list[WriteRow] | None, int]:
     """A checkpoint's pending writes at the current version (None: nothing to change), and how
     many of them were upgraded."""
-    from . import is_reserved
-
     if not any(not is_reserved(w.channel) for w in rows):
         return None, 0
     # Rows come in the order LangGraph applies them; a task's writes are renumbered in that

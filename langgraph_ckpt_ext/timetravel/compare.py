@@ -7,9 +7,9 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from ..core.graph import user_values
 from ._base import must_get, run_sync
 from .diff import StateDiff, diff_values
-from .history import user_values
 
 
 async def adiff(
