@@ -47,6 +47,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from ..timetravel.methods import TimeTravel
 from . import codec
 from .appendlog import DEFAULT_MAX_BYTES, AppendLog, Plan
+from .audit import Auditor, AuditStatus
 from .bridge import Bridge, iterate_inline, run_inline
 from .chain import ParentWalk
 from .config import (
@@ -77,7 +78,7 @@ from .versions import (
 
 if TYPE_CHECKING:
     from ..migrations.runner import MigrationProgress, MigrationReport
-    from ..timetravel.audit import Auditor, AuditReport, AuditStatus
+    from ..timetravel.audit import AuditReport
     from .rows import MigrationEntry
 
 T = TypeVar("T")
@@ -191,7 +192,7 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
             checkpointer that writes to it, whatever its own `audit`, then chains a hash
             through each checkpoint it stores (`metadata["audit"]`), so that `verify` finds
             stored checkpoints altered, deleted or replaced since (see
-            `langgraph_ckpt_ext.timetravel.audit`). False turns nothing off: that is
+            `langgraph_ckpt_ext.core.audit`). False turns nothing off: that is
             `disable_audit(reason=...)`.
     """
 
@@ -214,9 +215,6 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
     ) -> None:
         super().__init__(serde=loading_serde(serde, unsafe_allow_any_class=unsafe_allow_any_class))
         self.schema_chain = schema_chain
-        # imported here: the time-travel package imports this module
-        from ..timetravel.audit import Auditor
-
         self._auditor: Auditor = Auditor(store)
         self._audit_want = bool(audit)  # turn the store's auditing on at the first reading
         self._audit_on: bool | None = None  # the store's setting as read last (None: not yet)
@@ -988,8 +986,6 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         return self._sync(self.aaudit_status())
 
     async def aaudit_status(self) -> AuditStatus:
-        from ..timetravel.audit import AuditStatus
-
         log = await self._store.read_audit_log()
         self._audit_on, self._audit_read_at = bool(log) and log[-1].enabled, time.monotonic()
         return AuditStatus(self._audit_on, log)
