@@ -39,6 +39,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 
+from ..connect import around
 from ..core import codec
 from ..core.bridge import resolve
 from ..core.config import (
@@ -56,7 +57,7 @@ from ..core.graph import INTERRUPT as _INTERRUPT
 from ..core.graph import next_nodes
 from ..core.lifetime import Lifetime
 from ..core.lru import SizedLRU
-from ..core.opening import Opening, around
+from ..core.opening import Opening
 from ..core.saver import StoreCheckpointer
 from ..core.versions import version_key
 from ..timetravel.methods import TimeTravel
