@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .core.opening import Closable, Opening
-from .core.saver import StoreCheckpointer
 from .core.urls import parse_url
 
+if TYPE_CHECKING:
+    from .backends.checkpointer import Checkpointer
 
-def connect(url: str, **options: Any) -> StoreCheckpointer:
+
+def connect(url: str, **options: Any) -> Checkpointer:
     """A ready checkpointer for `url`.
 
     `memory://` gives an `InMemoryCheckpointer`; `sqlite:///relative.db`,

@@ -8,11 +8,11 @@ Layers, bottom to top (a package may import its own modules and those of the lay
 
 Every import counts for the layering, wherever it is written: at module level, inside a function
 (a lazy import still binds the layers at run time) and under `if TYPE_CHECKING:` (a type names
-the layer it lives in). Cycles are looked for among module-level imports only, TYPE_CHECKING
-ones excluded: a lazy import inside a function runs after both modules are loaded, so it cannot
-break an import, and is already held to the layer table. Importing `a.b.c` runs the `__init__`
-of `a.b` first: those parent packages count as imported too (but not the importer's own, which
-are loaded before it).
+the layer it lives in). Cycles are looked for among the imports that run: module-level and lazy
+ones alike (a lazy import inside a function only hides a cycle: the two modules still need each
+other), TYPE_CHECKING ones excluded (they never run; the layer table holds them). Importing
+`a.b.c` runs the `__init__` of `a.b` first: those parent packages count as imported too (but not
+the importer's own, which are loaded before it).
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pytest
 
 PACKAGE = "langgraph_ckpt_ext"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
@@ -46,7 +44,7 @@ ALLOWED: dict[str, set[str]] = {
     "__main__": {"cli"},
 }
 
-# Module-level cycles known to be removed by work in flight: (importer, imported) pairs.
+# Cycles known to be removed by work in flight, each as the set of its modules.
 KNOWN_CYCLES = {
     # removed by the replication split
     frozenset({f"{PACKAGE}.strategies.replicated", f"{PACKAGE}.strategies._replicator"}),
@@ -60,8 +58,8 @@ class Module:
     is_package: bool
     imports: set[str] = field(default_factory=set)
     """Every module of ours it imports, wherever the import is written."""
-    eager: set[str] = field(default_factory=set)
-    """Those imported at module level, outside `if TYPE_CHECKING:` (the ones run on import)."""
+    runs: set[str] = field(default_factory=set)
+    """Those whose import runs (at module level or in a function), not under TYPE_CHECKING."""
 
 
 def _module_name(path: Path) -> tuple[str, bool]:
@@ -87,23 +85,21 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _walk(body: list[ast.stmt], eager: bool) -> Iterator[tuple[ast.stmt, bool]]:
-    """Every statement, with whether it runs when the module is imported."""
+def _walk(body: list[ast.stmt], runs: bool) -> Iterator[tuple[ast.stmt, bool]]:
+    """Every statement, with whether it ever runs (False under `if TYPE_CHECKING:`)."""
     for stmt in body:
-        yield stmt, eager
+        yield stmt, runs
         if isinstance(stmt, ast.If):
-            yield from _walk(stmt.body, eager and not _is_type_checking(stmt.test))
-            yield from _walk(stmt.orelse, eager)
-        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield from _walk(stmt.body, False)
-        elif isinstance(stmt, ast.ClassDef):
-            yield from _walk(stmt.body, eager)
+            yield from _walk(stmt.body, runs and not _is_type_checking(stmt.test))
+            yield from _walk(stmt.orelse, runs)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            yield from _walk(stmt.body, runs)
         elif isinstance(stmt, (ast.Try, ast.With, ast.AsyncWith, ast.For, ast.AsyncFor,
                                ast.While)):
             for part in ("body", "orelse", "finalbody"):
-                yield from _walk(getattr(stmt, part, []), eager)
+                yield from _walk(getattr(stmt, part, []), runs)
             for handler in getattr(stmt, "handlers", []):
-                yield from _walk(handler.body, eager)
+                yield from _walk(handler.body, runs)
 
 
 def _modules() -> dict[str, Module]:
@@ -113,7 +109,7 @@ def _modules() -> dict[str, Module]:
         mods[name] = Module(name, path, is_package)
     for mod in mods.values():
         tree = ast.parse(mod.path.read_text(), str(mod.path))
-        for stmt, eager in _walk(tree.body, True):
+        for stmt, runs in _walk(tree.body, True):
             targets: list[str] = []
             if isinstance(stmt, ast.Import):
                 targets = [a.name for a in stmt.names]
@@ -128,8 +124,8 @@ def _modules() -> dict[str, Module]:
                 for name in _with_parents(target):
                     if name in mods and name not in _with_parents(mod.name):
                         mod.imports.add(name)
-                        if eager:
-                            mod.eager.add(name)
+                        if runs:
+                            mod.runs.add(name)
     return mods
 
 
@@ -151,7 +147,6 @@ def test_every_module_has_a_layer() -> None:
     assert {_layer(m) for m in MODULES} <= ALLOWED.keys()
 
 
-@pytest.mark.xfail(reason="core is not the bottom layer yet (issue 18, in progress)", strict=True)
 def test_core_imports_nothing_above_it() -> None:
     bad = sorted(
         f"{m.name} imports {t}"
@@ -161,7 +156,6 @@ def test_core_imports_nothing_above_it() -> None:
     assert not bad, "core must import nothing else of the package:\n" + "\n".join(bad)
 
 
-@pytest.mark.xfail(reason="core is not the bottom layer yet (issue 18, in progress)", strict=True)
 def test_no_layer_imports_one_above_it() -> None:
     bad = sorted(
         f"{m.name} imports {t}"
@@ -173,7 +167,7 @@ def test_no_layer_imports_one_above_it() -> None:
 
 
 def _cycles() -> list[list[str]]:
-    """Strongly connected components (more than one module) of the module-level imports,
+    """Strongly connected components (more than one module) of the imports that run,
     the known ones left out (Tarjan's algorithm, iterative)."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
@@ -184,7 +178,7 @@ def _cycles() -> list[list[str]]:
     for root in MODULES:
         if root in index:
             continue
-        work = [(root, iter(sorted(MODULES[root].eager)))]
+        work = [(root, iter(sorted(MODULES[root].runs)))]
         index[root] = low[root] = counter
         counter += 1
         stack.append(root)
@@ -197,7 +191,7 @@ def _cycles() -> list[list[str]]:
                     counter += 1
                     stack.append(nxt)
                     on_stack.add(nxt)
-                    work.append((nxt, iter(sorted(MODULES[nxt].eager))))
+                    work.append((nxt, iter(sorted(MODULES[nxt].runs))))
                     break
                 if nxt in on_stack:
                     low[node] = min(low[node], index[nxt])
@@ -218,14 +212,12 @@ def _cycles() -> list[list[str]]:
     return found
 
 
-@pytest.mark.xfail(reason="core is not the bottom layer yet (issue 18, in progress)", strict=True)
 def test_no_import_cycle() -> None:
     cycles = _cycles()
-    assert not cycles, "modules importing each other at module level:\n" + "\n".join(
+    assert not cycles, "modules importing each other (some perhaps lazily):\n" + "\n".join(
         " <-> ".join(c) for c in cycles)
 
 
-@pytest.mark.xfail(reason="core is not the bottom layer yet (issue 18, in progress)", strict=True)
 def test_core_rows_loads_only_core() -> None:
     code = (
         "import json, sys\n"

@@ -21,9 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from langgraph.checkpoint.serde.base import SerializerProtocol
-
 from ..core import codec
+from ..core.access import StoredRows
 from ..core.audit import AUDIT_KEY, Auditor, AuditStatus, content_hash
 from ..core.audit.digest import (
     Digest,
@@ -36,7 +35,6 @@ from ..core.audit.digest import (
 from ..core.audit.status import when
 from ..core.errors import CheckpointerError, ThreadNotFoundError
 from ..core.rows import AuditSwitch, CheckpointRow, ListQuery
-from ..core.store import Store
 
 ALTERED = "altered"
 """The stored content (values, record, metadata, covered writes) does not match the hash."""
@@ -125,31 +123,31 @@ def _unhashed(ts: Any, switches: Sequence[AuditSwitch]) -> str:
             "or its record was removed")
 
 
-async def verify_thread(store: Store, serde: SerializerProtocol, thread_id: str) -> AuditReport:
+async def verify_thread(stored: StoredRows, thread_id: str) -> AuditReport:
     """Recompute every checkpoint's hash of a thread from what is stored (no cache, no schema
     upgrade) and check each link to its parent."""
-    rows = [r async for r in store.iter_checkpoints(ListQuery(thread_id=thread_id))]
+    rows = [r async for r in stored.iter(ListQuery(thread_id=thread_id))]
     if not rows:
         raise ThreadNotFoundError(f"thread {thread_id!r} has no stored checkpoint to verify")
     by_ns: dict[str, list[CheckpointRow]] = defaultdict(list)
     for r in rows:
         by_ns[r.checkpoint_ns].append(r)
-    switches = await store.read_audit_log()
+    switches = await stored.audit_log()
     problems: list[AuditProblem] = []
     for ns, ns_rows in by_ns.items():
-        problems += await _verify_ns(store, serde, thread_id, ns, ns_rows, switches)
+        problems += await _verify_ns(stored, thread_id, ns, ns_rows, switches)
     problems.sort(key=lambda p: (p.checkpoint_id, p.checkpoint_ns, RANK[p.kind]))
     return AuditReport(thread_id, len(rows), problems, switches)
 
 
 async def _verify_ns(
-    store: Store,
-    serde: SerializerProtocol,
+    source: StoredRows,
     thread_id: str,
     ns: str,
     rows: list[CheckpointRow],
     switches: Sequence[AuditSwitch] = (),
 ) -> list[AuditProblem]:
+    serde = source.serde
     rows.sort(key=lambda r: r.checkpoint_id)
     by_id = {r.checkpoint_id: r for r in rows}
     problems: list[AuditProblem] = []
@@ -180,9 +178,9 @@ async def _verify_ns(
             checks.append((row, rec, md, reads))
         keys = {(ch, v) for *_, reads in checks for ch, v in reads.items()} - memo.keys()
         if keys:
-            stored_digests(serde, await store.read_blobs(thread_id, ns, keys), keys, memo)
+            stored_digests(serde, await source.read_blobs(thread_id, ns, keys), keys, memo)
         parents = {r.parent_checkpoint_id for r, *_ in checks if r.parent_checkpoint_id}
-        read = await store.read_writes(thread_id, ns, parents) if parents else {}
+        read = await source.read_writes(thread_id, ns, parents) if parents else {}
         writes = {cid: {w.fingerprint: w for w in map(write_digest, ws)} for cid, ws in read.items()}
         for row, rec, md, reads in checks:
             parent = row.parent_checkpoint_id

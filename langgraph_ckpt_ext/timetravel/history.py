@@ -15,6 +15,7 @@ from ..core.config import check_id
 from ..core.filters import matches, validate_filter
 from ..core.graph import ERROR, INTERRUPT, next_nodes, user_values
 from ..core.rows import ListQuery
+from ..core.saver import StoreCheckpointer
 from ._base import ids_of, must_get, run_sync, thread_config
 
 
@@ -116,22 +117,21 @@ async def _rows(
     metadata_only: bool,
     limit: int | None,
 ) -> AsyncIterator[HistoryEntry]:
-    from ..core.saver import StoreCheckpointer
-
     if metadata_only and isinstance(saver, StoreCheckpointer):
         # Rows only: headers and metadata, no channel value read at all (the ids checked
         # here, as the saver's own methods would).
-        rows = saver._store.iter_checkpoints(ListQuery(
+        stored = saver.stored
+        rows = stored.iter(ListQuery(
             thread_id=check_id(thread_id, "thread_id", required=True),
             checkpoint_ns=None if ns is None else check_id(ns, "checkpoint_ns"),
             before=None if before is None else check_id(before, "checkpoint_id"),
         ))
         try:
             async for row in rows:
-                md = saver._metadata(row)
+                md = stored.metadata(row)
                 if flt and not matches(md, flt):
                     continue
-                header = saver._header(row)
+                header = stored.header(row)
                 parent = row.parent_checkpoint_id
 
                 yield HistoryEntry(
