@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
     from ..backends.checkpointer import Checkpointer
     from ..core.rows import StoredSize
-    from ..timetravel.diff import StateDiff
     from ..timetravel.history import Inspection
+    from ..timetravel.statediff import StateDiff
 
 # LangGraph's checkpoint ids are UUIDs; a thread id may hold ':' (`user:42`).
 CHECKPOINT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)

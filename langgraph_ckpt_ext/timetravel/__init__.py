@@ -6,8 +6,10 @@ our checkpointers also offer them as methods (`checkpointer.history(thread_id)`,
 """
 
 from ._base import CheckpointNotFoundError, ThreadExistsError, ThreadNotFoundError
-from .compare import adiff, diff
-from .diff import StateDiff, diff_values
+
+# The functions `diff`/`adiff` (module `.diff`) are bound after their module is imported: the
+# package's `diff` is the function, `timetravel.diff` the module only through `sys.modules`.
+from .diff import adiff, diff
 from .fork import ForkNode, afork, alineage, fork, lineage
 from .history import (
     HistoryEntry,
@@ -32,6 +34,7 @@ from .replay import (
     replay,
     rerun,
 )
+from .statediff import StateDiff, diff_values
 
 __all__ = [
     "ABResult",

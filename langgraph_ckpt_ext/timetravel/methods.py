@@ -12,9 +12,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ..core.config import check_id
 from ..core.saver import StoreCheckpointer
-from . import compare as _compare  # (no function of the package is named `compare`)
 from .audit import AuditReport, verify_thread
-from .diff import StateDiff
+from .diff import adiff, diff
 from .fork import ForkNode, afork, alineage, fork, lineage
 from .history import (
     HistoryEntry,
@@ -28,6 +27,7 @@ from .history import (
     inspect,
 )
 from .replay import Transition, areplay, replay
+from .statediff import StateDiff
 
 
 class TimeTravel:
@@ -76,12 +76,12 @@ class TimeTravel:
         self, a: RunnableConfig, b: RunnableConfig, *, labels: tuple[str, str] | None = None
     ) -> StateDiff:
         """What changed from checkpoint `a` to checkpoint `b` (see `timetravel.diff`)."""
-        return _compare.diff(self._saver(), a, b, labels=labels)
+        return diff(self._saver(), a, b, labels=labels)
 
     async def adiff(
         self, a: RunnableConfig, b: RunnableConfig, *, labels: tuple[str, str] | None = None
     ) -> StateDiff:
-        return await _compare.adiff(self._saver(), a, b, labels=labels)
+        return await adiff(self._saver(), a, b, labels=labels)
 
     def fork(
         self, config: RunnableConfig, new_thread_id: str | None = None,
