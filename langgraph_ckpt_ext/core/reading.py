@@ -84,7 +84,7 @@ class Reading(SaverBase):
         flt = validate_filter(filter)
         if limit is not None and limit <= 0:
             return
-        query = _list_query(config, before)
+        query = list_query(config, before)
         left = limit
         page: builtins.list[CheckpointRow] = []
         metadata: dict[int, CheckpointMetadata] = {}  # decoded for the filter: reused
@@ -191,7 +191,7 @@ class Reading(SaverBase):
         return result
 
 
-def _list_query(config: RunnableConfig | None, before: RunnableConfig | None) -> ListQuery:
+def list_query(config: RunnableConfig | None, before: RunnableConfig | None) -> ListQuery:
     """`list`'s query, every id in it checked (no thread id: every thread)."""
     conf = (config or {}).get("configurable") or {}
     return ListQuery(

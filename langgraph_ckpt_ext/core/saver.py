@@ -36,7 +36,7 @@ from .config import check_id
 from .filters import validate_filter
 from .lifetime import store_lifetime
 from .prune import Pruning
-from .reading import Reading, _list_query
+from .reading import Reading, list_query
 from .rows import MigrationEntry, StoredSize
 from .schema import SchemaChain, stored_schema_version
 from .serde import loading_serde, strict_serde
@@ -126,7 +126,7 @@ class StoreCheckpointer(Batches, Reading, Pruning):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         validate_filter(filter)  # raise here, not at the first next()
-        _list_query(config, before)
+        list_query(config, before)
         return self._sync_iter(self.alist(config, filter=filter, before=before, limit=limit))
 
     def put(

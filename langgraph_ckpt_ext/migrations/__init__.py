@@ -36,6 +36,14 @@ interrupt) are upgraded one at a time: by default the step's upcaster runs on `{
 and the write becomes the channels it returns, minus those it only filled with the defaults it
 also gives an empty state. For a step where that is not right, give `SchemaStep(values, writes)`,
 whose `writes(channel, value)` returns the upgraded `(channel, value)` pairs.
+
+The chain itself lives in `core.schema` (the saver applies it on every read) and is re-exported
+here; this package adds the bulk rewrite of stored threads (`runner`, and the `Migrating` mixin
+that puts `migrate_threads` on the backends' checkpointers).
+
+May import: `core` only.
+Layers, bottom to top: core -> state, migrations, timetravel -> backends -> strategies ->
+transfer, connect, cli and the top-level package (`tests/test_layering.py` checks them).
 """
 
 from __future__ import annotations

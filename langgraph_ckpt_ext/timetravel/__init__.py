@@ -2,7 +2,13 @@
 lineage (and, on our checkpointers, a tamper-evident audit trail).
 
 Every helper is one implementation over the saver interface, with a sync and an async form;
-our checkpointers also offer them as methods (`checkpointer.history(thread_id)`, ...).
+our checkpointers also offer them as methods (`checkpointer.history(thread_id)`, ...: the
+`TimeTravel` and `Verifying` mixins of `methods`). The audit trail is sealed by the core on
+every put (`core.audit`); `audit` here verifies it.
+
+May import: `core` only.
+Layers, bottom to top: core -> state, migrations, timetravel -> backends -> strategies ->
+transfer, connect, cli and the top-level package (`tests/test_layering.py` checks them).
 """
 
 from ._base import CheckpointNotFoundError, ThreadExistsError, ThreadNotFoundError
