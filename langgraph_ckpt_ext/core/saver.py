@@ -76,9 +76,6 @@ class StoreCheckpointer(Batches, Reading, Pruning):
     """
 
     _where = ""  # what `repr` shows of where it stores: a path, a URL without its password
-    audit_refresh: float = 1.0
-    """Seconds this checkpointer trusts the store's audit setting it read last: a write finding
-    an older reading reads it again (0: before every write). It is read at `setup()` too."""
 
     def __init__(
         self,
