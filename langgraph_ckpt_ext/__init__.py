@@ -1,6 +1,9 @@
 """LangGraph checkpointers: in-memory, SQLite, PostgreSQL and Redis (plain or Cluster).
 
 Importing this package loads no database driver: each backend is imported when first named.
+The top of the layers: it may import every package. Layers, bottom to top: core -> state,
+migrations, timetravel -> backends -> strategies -> transfer, connect, cli and this top-level
+package (`tests/test_layering.py` checks them).
 
     from langgraph_ckpt_ext import SQLiteCheckpointer
 
@@ -24,6 +27,7 @@ from .core.errors import (
     PrimaryUnavailableError,
     QuorumUnavailableError,
     ReplicationError,
+    SchemaVersionError,
     SerializationError,
     StorageVersionError,
     StoreBusyError,
@@ -39,7 +43,7 @@ if TYPE_CHECKING:
     from .backends.sqlite import SQLiteCheckpointer
     from .connect import connect
     from .core.rows import MigrationEntry
-    from .migrations import SchemaChain, SchemaVersionError, Step
+    from .core.schema import SchemaChain, SchemaStep
     from .migrations.runner import MigrationProgress, MigrationReport
     from .state import (
         AgentSnapshot,
@@ -70,9 +74,8 @@ _LAZY = {
     "RedisCheckpointer": ".backends.redis",
     "connect": ".connect",
     "MigrationEntry": ".core.rows",
-    "SchemaChain": ".migrations",
-    "SchemaVersionError": ".migrations",
-    "Step": ".migrations",
+    "SchemaChain": ".core.schema",
+    "SchemaStep": ".core.schema",
     "MigrationProgress": ".migrations.runner",
     "MigrationReport": ".migrations.runner",
     **dict.fromkeys(
@@ -119,10 +122,10 @@ __all__ = [
     "ReplicationStatus",
     "SQLiteCheckpointer",
     "SchemaChain",
+    "SchemaStep",
     "SchemaVersionError",
     "SerializationError",
     "SmartCheckpointer",
-    "Step",
     "StorageVersionError",
     "StoreBusyError",
     "StoreUnavailableError",

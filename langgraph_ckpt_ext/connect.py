@@ -1,14 +1,21 @@
-"""`connect(url)`: a checkpointer from a URL, its driver imported only then."""
+"""`connect(url)`: a checkpointer from a URL, its driver imported only then; `around`: the
+same, wrapped (what the wrappers' `from_conn_string` opens). A top-level module: it may import
+`core` and the backends (each lazily, when its URL is named)."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from .core.saver import StoreCheckpointer
+from .core.opening import Closable, Opening
 from .core.urls import parse_url
 
+if TYPE_CHECKING:
+    from .backends.checkpointer import Checkpointer
 
-def connect(url: str, **options: Any) -> StoreCheckpointer:
+
+def connect(url: str, **options: Any) -> Checkpointer:
     """A ready checkpointer for `url`.
 
     `memory://` gives an `InMemoryCheckpointer`; `sqlite:///relative.db`,
@@ -53,3 +60,29 @@ def connect(url: str, **options: Any) -> StoreCheckpointer:
 
     return RedisCheckpointer(conn, **kwargs)
 
+
+W = TypeVar("W", bound=Closable)
+
+
+def around(url: str, connect_options: Mapping[str, Any] | None, wrap: Callable[[Any], W]
+           ) -> Opening[W]:
+    """An `Opening` of a wrapper built by `wrap` around the checkpointer `connect(url)` opens;
+    the wrapper owns it (`_owned`: closed with the wrapper), and it is closed again if `wrap`
+    fails. `async with` opens it in a worker thread, as `connect` is sync.
+    (Here, not in `core.opening`: the core imports nothing above it.)"""
+    parse_url(url)  # a wrong URL is refused here, before anything opens
+
+    def open_sync() -> W:
+        inner = connect(url, **(connect_options or {}))
+        try:
+            wrapper = wrap(inner)
+        except BaseException:
+            inner.close()
+            raise
+        wrapper._owned = inner  # type: ignore[attr-defined]
+        return wrapper
+
+    async def open_async() -> W:
+        return await asyncio.to_thread(open_sync)
+
+    return Opening(open_sync, open_async)

@@ -178,7 +178,7 @@ def diff_serde() -> Any:
     blocked model's fields as a dict)."""
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-    from langgraph_ckpt_ext.core.saver import _OWN_TYPES
+    from langgraph_ckpt_ext.core.serde import _OWN_TYPES
 
     return JsonPlusSerializer(allowed_msgpack_modules=[*_OWN_TYPES, (__name__, "Item")])
 

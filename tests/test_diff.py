@@ -12,7 +12,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from langgraph_ckpt_ext.state import PlanStep, ToolCall, WorkingMemory
-from langgraph_ckpt_ext.timetravel.diff import Change, StateDiff, diff_values
+from langgraph_ckpt_ext.timetravel.statediff import Change, StateDiff, diff_values
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -24,10 +24,10 @@ from ..core.rows import (
     WriteRow,
     whole,
 )
-from ..core.saver import StoreCheckpointer
 from ..core.store import BatchItem, GcPlanner, write_in_turn
 from ..core.urls import parse_url
 from ..migrations import SchemaChain
+from .checkpointer import Checkpointer
 
 _NsKey = tuple[str, str]  # (thread_id, checkpoint_ns)
 
@@ -308,7 +308,7 @@ class MemoryStore:
         return None
 
 
-class InMemoryCheckpointer(StoreCheckpointer):
+class InMemoryCheckpointer(Checkpointer):
     """Checkpoints in this process's memory: for tests, notebooks and development.
 
     Values are serialized as on any backend (so what works here works on SQLite), and sync

@@ -15,7 +15,7 @@ from .common import OK, USAGE, CliError, add_command, open_saver, serde_options
 from .output import Output
 
 if TYPE_CHECKING:
-    from ..timetravel.audit import AuditStatus
+    from ..core.audit import AuditStatus
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

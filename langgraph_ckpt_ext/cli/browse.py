@@ -34,7 +34,7 @@ from .selection import (
 )
 
 if TYPE_CHECKING:
-    from ..core.saver import StoreCheckpointer
+    from ..backends.checkpointer import Checkpointer
     from ..timetravel.history import HistoryEntry, Inspection
 
 
@@ -91,7 +91,7 @@ def _threads(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(run=run_threads)
 
 
-def thread_summary(saver: StoreCheckpointer, thread_id: str, damage: DamageLog | None = None
+def thread_summary(saver: Checkpointer, thread_id: str, damage: DamageLog | None = None
                    ) -> dict[str, Any] | None:
     """A row of `threads`: the thread's totals and its status (None: nothing stored). A
     thread that cannot be decoded is reported to `damage` (if given) and listed as `damaged`,
@@ -189,7 +189,7 @@ def run_history(args: argparse.Namespace, out: Output) -> int:
     return damage.finish(OK)
 
 
-def _history_start(saver: StoreCheckpointer, args: argparse.Namespace, damage: DamageLog
+def _history_start(saver: Checkpointer, args: argparse.Namespace, damage: DamageLog
                    ) -> list[dict[str, Any]]:
     """Resolve `args.thread`; for THREAD:CHECKPOINT, the row of that checkpoint, with
     `args.before` set to list the older ones after it."""
@@ -221,7 +221,7 @@ def _history_start(saver: StoreCheckpointer, args: argparse.Namespace, damage: D
     }]
 
 
-def _entries(saver: StoreCheckpointer, args: argparse.Namespace, *, metadata_only: bool
+def _entries(saver: Checkpointer, args: argparse.Namespace, *, metadata_only: bool
              ) -> Iterator[HistoryEntry]:
     return saver.history(args.thread, limit=args.limit, before=args.before,
                          checkpoint_ns=args.ns, subgraphs=args.subgraphs,
@@ -242,11 +242,11 @@ def _history_row(e: HistoryEntry) -> dict[str, Any]:
     }
 
 
-def _history_one_by_one(saver: StoreCheckpointer, args: argparse.Namespace,
+def _history_one_by_one(saver: Checkpointer, args: argparse.Namespace,
                         damage: DamageLog) -> list[dict[str, Any]]:
     """The history of a damaged thread: its checkpoints listed from their records (no value
     decoded), each then read alone; one that cannot be is listed as damaged."""
-    from ..timetravel.history import next_nodes
+    from ..core.graph import next_nodes
 
     rows: list[dict[str, Any]] = []
     entries = iter(_entries(saver, args, metadata_only=True))

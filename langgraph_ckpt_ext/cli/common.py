@@ -29,7 +29,7 @@ __all__ = ["ambiguous_url", "shown_url", "url_secrets"]  # used by the commands
 if TYPE_CHECKING:
     from langgraph.checkpoint.serde.base import SerializerProtocol
 
-    from ..core.saver import StoreCheckpointer
+    from ..backends.checkpointer import Checkpointer
 
 OK = 0
 ERROR = 1
@@ -202,7 +202,7 @@ def _is_serde(obj: Any) -> bool:
 
 def open_saver(url: str | None, *, write: bool, create: bool | None = None,
                serde: SerializerProtocol | None = None, unsafe: bool = False,
-               **options: Any) -> StoreCheckpointer:
+               **options: Any) -> Checkpointer:
     """The checkpointer for the store `url` names (close it when done: it is a context
     manager).
 

@@ -37,7 +37,7 @@ from .selection import (
 )
 
 if TYPE_CHECKING:
-    from ..core.saver import StoreCheckpointer
+    from ..backends.checkpointer import Checkpointer
     from ..migrations import SchemaChain
     from ..migrations.runner import MigrationReport
     from ..timetravel.audit import AuditReport
@@ -107,7 +107,7 @@ def _prune(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.set_defaults(run=run_prune)
 
 
-def _prune_row(saver: StoreCheckpointer, thread_id: str, args: argparse.Namespace
+def _prune_row(saver: Checkpointer, thread_id: str, args: argparse.Namespace
                ) -> dict[str, Any] | None:
     """What pruning a thread would do (None: the thread is gone)."""
     stored = size_totals(saver.sizes(thread_id))["checkpoints"]
@@ -355,7 +355,7 @@ def run_stats(args: argparse.Namespace, out: Output) -> int:
     return OK
 
 
-def _thread_stats(saver: StoreCheckpointer, thread_id: str, out: Output) -> int:
+def _thread_stats(saver: Checkpointer, thread_id: str, out: Output) -> int:
     sizes = saver.sizes(thread_id)
     if not sizes:
         raise not_found(thread_id)

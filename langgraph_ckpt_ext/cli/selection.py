@@ -18,10 +18,10 @@ from .output import Output, printable
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
+    from ..backends.checkpointer import Checkpointer
     from ..core.rows import StoredSize
-    from ..core.saver import StoreCheckpointer
-    from ..timetravel.diff import StateDiff
     from ..timetravel.history import Inspection
+    from ..timetravel.statediff import StateDiff
 
 # LangGraph's checkpoint ids are UUIDs; a thread id may hold ':' (`user:42`).
 CHECKPOINT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
@@ -40,7 +40,7 @@ def thread_config(thread_id: str, ns: str = "", checkpoint_id: str | None = None
     return {"configurable": conf}
 
 
-def latest(saver: StoreCheckpointer, thread_id: str) -> Inspection | None:
+def latest(saver: Checkpointer, thread_id: str) -> Inspection | None:
     """The state at a thread's newest checkpoint (root graph), or None if it has none."""
     try:
         return saver.inspect(thread_config(thread_id))
@@ -91,7 +91,7 @@ def size_totals(sizes: Iterable[StoredSize]) -> dict[str, int]:
 LISTS_HINT = " (`lgckpt threads` lists a store's)"
 
 
-def threads_of(saver: StoreCheckpointer, names: Sequence[str], every: bool,
+def threads_of(saver: Checkpointer, names: Sequence[str], every: bool,
                 url: str | None) -> list[str]:
     """The threads a command acts on: those named (each must exist), or every one (`--all`)."""
     if bool(names) == every:
@@ -114,7 +114,7 @@ def checkpoint_ref(text: str) -> tuple[str, str | None]:
     return text, None
 
 
-def resolve_ref(saver: StoreCheckpointer, text: str, checkpoint: str | None = None,
+def resolve_ref(saver: Checkpointer, text: str, checkpoint: str | None = None,
                 ns: str = "") -> tuple[str, str | None]:
     """The (thread id, checkpoint id or None) that a command's THREAD argument names, with
     `checkpoint` given apart (THREAD CHECKPOINT) or not. `THREAD:CHECKPOINT_ID` is split at
@@ -128,7 +128,7 @@ def resolve_ref(saver: StoreCheckpointer, text: str, checkpoint: str | None = No
     return text, None
 
 
-def is_stored(saver: StoreCheckpointer, thread: str, ns: str, checkpoint_id: str) -> bool:
+def is_stored(saver: Checkpointer, thread: str, ns: str, checkpoint_id: str) -> bool:
     try:
         return saver.get_tuple(thread_config(thread, ns, checkpoint_id)) is not None
     except DAMAGE:

@@ -1,4 +1,12 @@
-"""The shared core: no I/O. Encoding, append-deltas, filters, versions, the bridge, errors."""
+"""The core: the whole saver contract once (`StoreCheckpointer`, over any backend's `Store`),
+and what it needs: encoding, append-deltas, filters, versions, the state-schema chain applied
+on read (`schema`), the audit seal of every put (`audit`), LangGraph's graph names (`graph`),
+the one sync bridge, errors. No I/O of its own: a backend's `Store` moves the rows.
+
+May import: nothing else of this package (the bottom layer).
+Layers, bottom to top: core -> state, migrations, timetravel -> backends -> strategies ->
+transfer, connect, cli and the top-level package (`tests/test_layering.py` checks them).
+"""
 
 from .errors import (
     CheckpointerError,

@@ -8,9 +8,10 @@ so a sync call never blocks or re-enters the caller's loop, whatever thread it c
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -172,3 +173,25 @@ def resolve(future: asyncio.Future[None]) -> None:
     `loop.call_soon_threadsafe` by a thread that wakes a coroutine on that loop."""
     if not future.done():
         future.set_result(None)
+
+
+@runtime_checkable
+class SyncRunner(Protocol):
+    """A saver that runs its own coroutines from sync code (ours: `StoreCheckpointer.run_sync`,
+    on its bridge)."""
+
+    def run_sync(self, coro: Coroutine[Any, Any, T]) -> T: ...
+
+
+def run_sync(saver: object, coro: Coroutine[Any, Any, T]) -> T:
+    """Run a helper's coroutine over `saver` from sync code: through the saver's own bridge
+    when it has one (a `SyncRunner`: a running event loop in this thread is fine then); for any
+    other saver in a fresh event loop, in a worker thread if this thread already runs one."""
+    if isinstance(saver, SyncRunner):
+        return saver.run_sync(coro)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()

@@ -76,6 +76,11 @@ class PrimaryUnavailableError(StoreUnavailableError):
     replica; writes are refused unless promotion is allowed."""
 
 
+class SchemaVersionError(CheckpointerError, ValueError):
+    """A state-schema chain that cannot be applied: a gap, a bad version, or stored data newer
+    than the code."""
+
+
 class MissingDependencyError(CheckpointerError, ImportError):
     """An optional driver is not installed; the message says which `pip install` fixes it."""
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
-    from .saver import PreparedBatch
+    from .batch import PreparedBatch
     from .store import BatchItem
 
 Op = tuple[Any, ...]

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 
@@ -64,32 +63,3 @@ class Opening(Generic[C]):
         opened, self._opened = self._opened, None
         if opened is not None:
             await opened.aclose()
-
-
-W = TypeVar("W", bound=Closable)
-
-
-def around(url: str, connect_options: Mapping[str, Any] | None, wrap: Callable[[Any], W]
-           ) -> Opening[W]:
-    """An `Opening` of a wrapper built by `wrap` around the checkpointer `connect(url)` opens;
-    the wrapper owns it (`_owned`: closed with the wrapper), and it is closed again if `wrap`
-    fails. `async with` opens it in a worker thread, as `connect` is sync."""
-    from ..connect import connect
-    from .urls import parse_url
-
-    parse_url(url)  # a wrong URL is refused here, before anything opens
-
-    def open_sync() -> W:
-        inner = connect(url, **(connect_options or {}))
-        try:
-            wrapper = wrap(inner)
-        except BaseException:
-            inner.close()
-            raise
-        wrapper._owned = inner  # type: ignore[attr-defined]
-        return wrapper
-
-    async def open_async() -> W:
-        return await asyncio.to_thread(open_sync)
-
-    return Opening(open_sync, open_async)

@@ -23,15 +23,16 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP
 
 from ..core import codec
 from ..core.appendlog import AppendLog
+from ..core.base import PAGE
 from ..core.errors import InvalidConfigError
+from ..core.graph import is_reserved
 from ..core.rows import CheckpointRow, ListQuery, MigrationEntry, WriteRow
+from ..core.schema import SchemaChain, compare, stored_schema_name, stored_schema_version
 from ..core.versions import Version, next_version
 
 if TYPE_CHECKING:
     from ..core.saver import StoreCheckpointer
-    from . import SchemaChain
 
-_PAGE = 32
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,7 @@ async def migrate_threads(
     report = MigrationReport(dry_run=dry_run, to_version=chain.current, chain_name=chain.name)
     started = time.perf_counter()
     if thread_ids is None:
-        threads = await saver._store.thread_ids()
+        threads = await saver.athread_ids()
     else:
         threads = list(dict.fromkeys(str(t) for t in thread_ids))
     done = 0
@@ -188,7 +189,7 @@ async def migrate_threads(
                     done, len(threads), report.checkpoints_migrated, thread_id
                 ))
 
-    if saver._store.inline or concurrency <= 1:  # an inline store must never suspend
+    if saver.stored.inline or concurrency <= 1:  # an inline store must never suspend
         await worker()
     else:
         await asyncio.gather(*(worker() for _ in range(concurrency)))
@@ -200,8 +201,6 @@ async def migrate_threads(
 def _owner(metadata: Sequence[Mapping[str, Any]], rows: list[CheckpointRow]) -> str | None:
     """The chain name on a thread's newest named checkpoint (rows come newest first): a run
     killed halfway through a thread has stamped its oldest checkpoints, so it still owns it."""
-    from . import stored_schema_name
-
     for md, row in zip(metadata, rows, strict=True):
         name = stored_schema_name(md, row.checkpoint_id)
         if name is not None:
@@ -219,15 +218,12 @@ async def _migrate_thread(
 ) -> None:
     """Rewrite a thread's old checkpoints, oldest first, so that a list value growing along the
     thread is stored as append-deltas on the one rewritten before it, as `put` stores it."""
-    from ..core.saver import stored_schema_version
-    from . import compare, stored_schema_name
-
-    store = saver._store
-    rows = [r async for r in store.iter_checkpoints(ListQuery(thread_id=thread_id))]
+    stored_rows = saver.stored
+    rows = [r async for r in stored_rows.iter(ListQuery(thread_id=thread_id))]
     if not rows:
         return
     report.threads_seen += 1
-    metadata = [saver._metadata(r) for r in rows]
+    metadata = [stored_rows.metadata(r) for r in rows]
     owner = _owner(metadata, rows)
     if not (include_unstamped if owner is None else owner == chain.name):
         report.skip(thread_id, owner)
@@ -243,13 +239,14 @@ async def _migrate_thread(
             report.checkpoints_current += 1
     if not todo:
         return
-    log = AppendLog(2**saver._log.top_level)
+    log = AppendLog(stored_rows.snapshot_every)
     last: dict[tuple[str, str], tuple[Version, Any]] = {}  # (ns, channel) -> last written
     migrated = 0
-    for start in range(0, len(todo), _PAGE):
-        page = todo[start : start + _PAGE]
+    for start in range(0, len(todo), PAGE):
+        page = todo[start : start + PAGE]
         raw_writes: dict[tuple[str, str], list[WriteRow]] = {}
-        tuples = await saver._load([r for r, _ in page], upgrade=False, raw_writes=raw_writes)
+        tuples = await stored_rows.load([r for r, _ in page], upgrade=False,
+                                        raw_writes=raw_writes)
         for (row, stored), tup in zip(page, tuples, strict=True):
             ns, cid = row.checkpoint_ns, row.checkpoint_id
             old = tup.checkpoint["channel_values"]
@@ -281,16 +278,9 @@ async def _migrate_thread(
                 continue
             blobs, plans = codec.encode_blobs(saver.serde, log, thread_id, ns, values, to_store)
             md = {**tup.metadata, **chain.stamp()}
-            new_row = replace(
-                row,
-                checkpoint=codec.dumps(
-                    saver.serde, {**header, "channel_versions": versions}, f"checkpoint {cid!r}"
-                ),
-                metadata=codec.dumps(saver.serde, md, f"metadata of checkpoint {cid!r}"),
-                versions=codec.blob_keys(versions) if saver._row_versions else None,
-            )
+            new_row = stored_rows.encode(row, {**header, "channel_versions": versions}, md)
             entry = MigrationEntry(thread_id, ns, cid, stored, chain.current, time.time())
-            if await store.rewrite_checkpoint(new_row, blobs, writes, entry):
+            if await stored_rows.rewrite(new_row, blobs, writes, entry):
                 for ch, plan in plans.items():
                     log.commit(thread_id, ns, ch, plan)
                 for ch in to_store:
@@ -308,8 +298,7 @@ async def _migrate_thread(
         report.threads.append(thread_id)
     if migrated and not dry_run:
         # Values the rewrite replaced are read by no checkpoint any more.
-        await store.delete_checkpoints(thread_id, [], saver._plan_gc)
-        saver._log.forget(thread_id)
+        await stored_rows.collect_garbage(thread_id)
 
 
 def _upgraded_writes(
@@ -317,8 +306,6 @@ def _upgraded_writes(
 ) -> tuple[list[WriteRow] | None, int]:
     """A checkpoint's pending writes at the current version (None: nothing to change), and how
     many of them were upgraded."""
-    from . import is_reserved
-
     if not any(not is_reserved(w.channel) for w in rows):
         return None, 0
     # Rows come in the order LangGraph applies them; a task's writes are renumbered in that

@@ -1,5 +1,12 @@
 """Checkpointers that wrap others: `SmartCheckpointer` (when to save) and its policies;
-`ReplicatedCheckpointer` (a primary and replicas)."""
+`ReplicatedCheckpointer` (a primary and replicas). A wrapper asks of the saver it wraps
+LangGraph's interface and, for batches and rows, the protocols of `core.inner`.
+
+May import: `core`, `state`, `migrations`, `timetravel`, `backends`, `connect` (to open what a
+URL names) and `transfer` (a replica's repair).
+Layers, bottom to top: core -> state, migrations, timetravel -> backends -> strategies ->
+transfer, connect, cli and the top-level package (`tests/test_layering.py` checks them).
+"""
 
 from .policies import AnyOf, EveryStep, Hybrid, OnEvents, Periodic, Policy, ThreadActivity
 from .replicated import (

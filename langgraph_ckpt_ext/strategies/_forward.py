@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any, cast
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 if TYPE_CHECKING:
+    from ..core.audit import AuditStatus
     from ..core.rows import MigrationEntry, StoredSize
     from ..migrations.runner import MigrationProgress, MigrationReport
-    from ..timetravel.audit import AuditReport, AuditStatus
+    from ..timetravel.audit import AuditReport
 
 
 def store_method(saver: BaseCheckpointSaver[Any], name: str, role: str) -> Callable[..., Any]:

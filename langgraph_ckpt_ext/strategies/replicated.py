@@ -34,6 +34,7 @@ from langgraph.checkpoint.base import (
     copy_checkpoint,
 )
 
+from ..connect import around
 from ..core.bridge import resolve
 from ..core.config import make_config, thread_id_of
 from ..core.errors import (
@@ -49,7 +50,7 @@ from ..core.errors import (
 )
 from ..core.filters import validate_filter
 from ..core.lifetime import Lifetime
-from ..core.opening import Opening, around
+from ..core.opening import Opening
 from ..core.saver import PreparedBatch, StoreCheckpointer
 from ..core.urls import parse_url
 from ..timetravel.methods import TimeTravel

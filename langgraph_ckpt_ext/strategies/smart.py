@@ -39,6 +39,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 
+from ..connect import around
 from ..core import codec
 from ..core.bridge import resolve
 from ..core.config import (
@@ -51,18 +52,18 @@ from ..core.config import (
 )
 from ..core.errors import InvalidConfigError
 from ..core.filters import matches, validate_filter
+from ..core.graph import ERROR as _ERROR
+from ..core.graph import INTERRUPT as _INTERRUPT
+from ..core.graph import next_nodes
 from ..core.lifetime import Lifetime
 from ..core.lru import SizedLRU
-from ..core.opening import Opening, around
+from ..core.opening import Opening
 from ..core.saver import StoreCheckpointer
 from ..core.versions import version_key
-from ..timetravel.history import next_nodes
 from ..timetravel.methods import TimeTravel
 from . import policies
 from ._forward import Forwarded, not_forwarded, store_method
 from .policies import OnEvents, Policy, ThreadActivity
-
-_ERROR, _INTERRUPT = "__error__", "__interrupt__"
 
 
 @dataclass

@@ -2,12 +2,20 @@
 lineage (and, on our checkpointers, a tamper-evident audit trail).
 
 Every helper is one implementation over the saver interface, with a sync and an async form;
-our checkpointers also offer them as methods (`checkpointer.history(thread_id)`, ...).
+our checkpointers also offer them as methods (`checkpointer.history(thread_id)`, ...: the
+`TimeTravel` and `Verifying` mixins of `methods`). The audit trail is sealed by the core on
+every put (`core.audit`); `audit` here verifies it.
+
+May import: `core` only.
+Layers, bottom to top: core -> state, migrations, timetravel -> backends -> strategies ->
+transfer, connect, cli and the top-level package (`tests/test_layering.py` checks them).
 """
 
 from ._base import CheckpointNotFoundError, ThreadExistsError, ThreadNotFoundError
-from .compare import adiff, diff
-from .diff import StateDiff, diff_values
+
+# The functions `diff`/`adiff` (module `.diff`) are bound after their module is imported: the
+# package's `diff` is the function, `timetravel.diff` the module only through `sys.modules`.
+from .diff import adiff, diff
 from .fork import ForkNode, afork, alineage, fork, lineage
 from .history import (
     HistoryEntry,
@@ -32,6 +40,7 @@ from .replay import (
     replay,
     rerun,
 )
+from .statediff import StateDiff, diff_values
 
 __all__ = [
     "ABResult",

@@ -21,14 +21,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from langgraph._internal._constants import (
+from langgraph.checkpoint.base import PendingWrite
+
+from ..core.graph import (
     ERROR,
     ERROR_SOURCE_NODE,
     INTERRUPT,
     NULL_TASK_ID,
     RESUME,
 )
-from langgraph.checkpoint.base import PendingWrite
 
 # Writes that say what happened to a task; every other write is its output.
 _CONTROL = frozenset({ERROR, ERROR_SOURCE_NODE, INTERRUPT, RESUME})

@@ -1,16 +1,14 @@
-"""What the time-travel helpers share: running one async implementation from sync code, reading
-checkpoints with clear errors, and the configs they name."""
+"""What the time-travel helpers share: reading checkpoints with clear errors, and the configs
+they name (each sync helper runs its async twin through `core.bridge.run_sync`)."""
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
+from ..core.bridge import run_sync
 from ..core.errors import (
     CheckpointNotFoundError,
     InvalidConfigError,
@@ -18,24 +16,10 @@ from ..core.errors import (
     ThreadNotFoundError,
 )
 
-T = TypeVar("T")
-
-__all__ = ["CheckpointNotFoundError", "ThreadExistsError", "ThreadNotFoundError"]
-
-
-def run_sync(saver: BaseCheckpointSaver[Any], coro: Coroutine[Any, Any, T]) -> T:
-    """Run an async helper from sync code: on our checkpointers through their own bridge (so a
-    running event loop in this thread is fine); on any other saver in a fresh loop, in a worker
-    thread if this thread already runs one."""
-    sync = getattr(saver, "_sync", None)
-    if sync is not None:
-        return sync(coro)  # type: ignore[no-any-return]
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+__all__ = [
+    "CheckpointNotFoundError", "ThreadExistsError", "ThreadNotFoundError", "ids_of", "must_get",
+    "run_sync", "thread_config", "thread_exists",
+]
 
 
 def thread_config(thread_id: str, ns: str = "", checkpoint_id: str | None = None) -> RunnableConfig:

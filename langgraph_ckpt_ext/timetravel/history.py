@@ -13,14 +13,10 @@ from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple, Pend
 
 from ..core.config import check_id
 from ..core.filters import matches, validate_filter
+from ..core.graph import ERROR, INTERRUPT, next_nodes, user_values
 from ..core.rows import ListQuery
-from ..migrations import is_reserved
+from ..core.saver import StoreCheckpointer
 from ._base import ids_of, must_get, run_sync, thread_config
-
-_BRANCH = "branch:to:"
-_START = "__start__"
-_INTERRUPT = "__interrupt__"
-_ERROR = "__error__"
 
 
 @dataclass(frozen=True)
@@ -80,42 +76,11 @@ class Inspection:
         `interrupt()`), `"error"` (a task failed), `"done"` (no node left to run) or
         `"running"` (nodes are due: the thread goes on from here when invoked)."""
         channels = {channel for _, channel, _ in self.pending_writes}
-        if _INTERRUPT in channels:
+        if INTERRUPT in channels:
             return "awaiting_human"
-        if _ERROR in channels:
+        if ERROR in channels:
             return "error"
         return "running" if self.next else "done"
-
-
-def user_values(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The state's own channels, without LangGraph's (`__start__`, `branch:to:x`, ...)."""
-    return {k: v for k, v in values.items() if not is_reserved(k)}
-
-
-def next_nodes(checkpoint: Mapping[str, Any]) -> tuple[str, ...]:
-    """Nodes triggered at a checkpoint: those whose `branch:to:` channel holds a value at a
-    version newer than the one they last saw (how a StateGraph schedules its nodes)."""
-    versions = checkpoint.get("channel_versions") or {}
-    values = checkpoint.get("channel_values") or {}
-    seen = checkpoint.get("versions_seen") or {}
-    out = []
-    for channel, version in versions.items():
-        if channel not in values:
-            continue
-        if channel == _START:  # the input, read by the __start__ node
-            node = _START
-        elif channel.startswith(_BRANCH):
-            node = channel[len(_BRANCH):]
-        else:
-            continue
-        last = (seen.get(node) or {}).get(channel)
-        try:
-            newer = last is None or version > last
-        except TypeError:
-            newer = str(version) > str(last)
-        if newer:
-            out.append(node)
-    return tuple(sorted(out))
 
 
 def _created(ts: Any) -> datetime | None:
@@ -152,22 +117,21 @@ async def _rows(
     metadata_only: bool,
     limit: int | None,
 ) -> AsyncIterator[HistoryEntry]:
-    from ..core.saver import StoreCheckpointer
-
     if metadata_only and isinstance(saver, StoreCheckpointer):
         # Rows only: headers and metadata, no channel value read at all (the ids checked
         # here, as the saver's own methods would).
-        rows = saver._store.iter_checkpoints(ListQuery(
+        stored = saver.stored
+        rows = stored.iter(ListQuery(
             thread_id=check_id(thread_id, "thread_id", required=True),
             checkpoint_ns=None if ns is None else check_id(ns, "checkpoint_ns"),
             before=None if before is None else check_id(before, "checkpoint_id"),
         ))
         try:
             async for row in rows:
-                md = saver._metadata(row)
+                md = stored.metadata(row)
                 if flt and not matches(md, flt):
                     continue
-                header = saver._header(row)
+                header = stored.header(row)
                 parent = row.parent_checkpoint_id
 
                 yield HistoryEntry(
@@ -307,7 +271,7 @@ async def ainspect(saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> I
     writes = list(tup.pending_writes or [])
     interrupts = tuple(
         getattr(i, "value", i)
-        for _, channel, value in writes if channel == _INTERRUPT
+        for _, channel, value in writes if channel == INTERRUPT
         for i in (value if isinstance(value, (list, tuple)) else [value])
     )
     return Inspection(

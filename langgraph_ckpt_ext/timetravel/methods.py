@@ -1,4 +1,6 @@
-"""The time-travel helpers as methods of our checkpointers (`checkpointer.history(...)`)."""
+"""The time-travel helpers as methods of our checkpointers (`checkpointer.history(...)`), and
+`verify` of the audit trail: mixins of the public classes (backends and wrappers), over the
+core saver."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from . import compare as _compare  # (no function of the package is named `compare`)
-from .diff import StateDiff
+from ..core.config import check_id
+from ..core.saver import StoreCheckpointer
+from .audit import AuditReport, verify_thread
+from .diff import adiff, diff
 from .fork import ForkNode, afork, alineage, fork, lineage
 from .history import (
     HistoryEntry,
@@ -23,11 +27,12 @@ from .history import (
     inspect,
 )
 from .replay import Transition, areplay, replay
+from .statediff import StateDiff
 
 
 class TimeTravel:
-    """Mixed into `StoreCheckpointer`: each method calls the helper of the same name in
-    `langgraph_ckpt_ext.timetravel` with this checkpointer."""
+    """Mixed into the backends' checkpointers and the wrappers: each method calls the helper
+    of the same name in `langgraph_ckpt_ext.timetravel` with this checkpointer."""
 
     def _saver(self) -> BaseCheckpointSaver[Any]:
         assert isinstance(self, BaseCheckpointSaver)
@@ -71,12 +76,12 @@ class TimeTravel:
         self, a: RunnableConfig, b: RunnableConfig, *, labels: tuple[str, str] | None = None
     ) -> StateDiff:
         """What changed from checkpoint `a` to checkpoint `b` (see `timetravel.diff`)."""
-        return _compare.diff(self._saver(), a, b, labels=labels)
+        return diff(self._saver(), a, b, labels=labels)
 
     async def adiff(
         self, a: RunnableConfig, b: RunnableConfig, *, labels: tuple[str, str] | None = None
     ) -> StateDiff:
-        return await _compare.adiff(self._saver(), a, b, labels=labels)
+        return await adiff(self._saver(), a, b, labels=labels)
 
     def fork(
         self, config: RunnableConfig, new_thread_id: str | None = None,
@@ -112,3 +117,28 @@ class TimeTravel:
 
     async def alineage(self, thread_id: str) -> ForkNode:
         return await alineage(self._saver(), thread_id)
+
+
+class Verifying:
+    """`verify` of the audit trail, mixed into the backends' checkpointers (subclasses of
+    `StoreCheckpointer`; the wrappers forward it to the one they wrap)."""
+
+    def _own(self) -> StoreCheckpointer:
+        if not isinstance(self, StoreCheckpointer):  # pragma: no cover - a wrong mix
+            raise TypeError(f"{type(self).__name__} mixes in Verifying without StoreCheckpointer")
+        return self
+
+    def verify(self, thread_id: str) -> AuditReport:
+        """Check a thread's audit chain against storage: every namespace, oldest first.
+
+        Each checkpoint's hash is recomputed from its stored rows (no cache, no schema upgrade)
+        and its `prev` compared with its parent's stored hash. The report lists, oldest first,
+        checkpoints altered, whose parent is gone, whose parent was replaced, or without a
+        hash (see `langgraph_ckpt_ext.timetravel.audit`). Raises `ThreadNotFoundError` for a
+        thread with no checkpoint.
+        """
+        return self._own().run_sync(self.averify(thread_id))
+
+    async def averify(self, thread_id: str) -> AuditReport:
+        return await verify_thread(
+            self._own().stored, check_id(thread_id, "thread_id", required=True))

@@ -219,7 +219,7 @@ class ABResult:
 
     def diff(self, a: str, b: str) -> Any:
         """The structured difference between the final states of variants `a` and `b`."""
-        from .diff import diff_values
+        from .statediff import diff_values
 
         va, vb = self.runs[a].values, self.runs[b].values
         if va is None or vb is None:

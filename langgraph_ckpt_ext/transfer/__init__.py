@@ -16,6 +16,10 @@ stores each value once; into one of our checkpointers it writes a whole thread i
     with open_official("sqlite:///langgraph.db") as source:
         report = copy_threads(source, connect("postgresql://localhost/app"))
     print(report.summary())
+
+May import: `core`, `state`, `migrations`, `timetravel`, `backends`, `strategies`, `connect`.
+Layers, bottom to top: core -> state, migrations, timetravel -> backends -> strategies ->
+transfer, connect, cli and the top-level package (`tests/test_layering.py` checks them).
 """
 
 from .copy import CopyReport, Progress, acopy_threads, copy_threads

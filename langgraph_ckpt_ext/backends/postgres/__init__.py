@@ -10,9 +10,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.errors import InvalidConfigError, StoreUnavailableError, require
 from ...core.opening import Opening, set_up
-from ...core.saver import StoreCheckpointer, loading_serde
+from ...core.saver import loading_serde
 from ...core.urls import parse_url, redact
 from ...migrations import SchemaChain
+from ..checkpointer import Checkpointer
 
 require("asyncpg", "postgres")
 
@@ -25,7 +26,7 @@ __all__ = ["PostgresCheckpointer", "StoreUnavailableError"]
 _SCHEMA = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
-class PostgresCheckpointer(StoreCheckpointer):
+class PostgresCheckpointer(Checkpointer):
     """Checkpoints in PostgreSQL, on asyncpg pools.
 
     Requests from many coroutines run on many pool connections at once; a put is one

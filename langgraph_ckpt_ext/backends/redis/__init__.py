@@ -10,9 +10,10 @@ from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.bridge import Bridge
 from ...core.errors import require
 from ...core.opening import Opening, set_up
-from ...core.saver import StoreCheckpointer, loading_serde
+from ...core.saver import loading_serde
 from ...core.urls import parse_url, redact
 from ...migrations import SchemaChain
+from ..checkpointer import Checkpointer
 
 require("redis", "redis")
 
@@ -22,7 +23,7 @@ from .store import Client, RedisStore  # noqa: E402
 __all__ = ["RedisCheckpointer"]
 
 
-class RedisCheckpointer(StoreCheckpointer):
+class RedisCheckpointer(Checkpointer):
     """Checkpoints in Redis, with no module needed, standalone or Cluster.
 
     Every key of a thread carries the thread's hash tag, so a thread lives in one slot and each

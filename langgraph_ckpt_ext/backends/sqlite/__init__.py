@@ -11,9 +11,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.bridge import Bridge
 from ...core.opening import Opening, set_up
-from ...core.saver import StoreCheckpointer, loading_serde
+from ...core.saver import loading_serde
 from ...core.urls import parse_url
 from ...migrations import SchemaChain
+from ..checkpointer import Checkpointer
 from .store import SQLiteStore
 
 __all__ = ["SQLiteCheckpointer"]
@@ -59,7 +60,7 @@ async def _open_store(path: str, busy_timeout: float, synchronous: str) -> SQLit
     return SQLiteStore(writer, reader)
 
 
-class SQLiteCheckpointer(StoreCheckpointer):
+class SQLiteCheckpointer(Checkpointer):
     """Checkpoints in a SQLite file: the embedded default.
 
     One object serves sync and async graph calls, from any thread, including a thread whose

@@ -1,0 +1,63 @@
+"""What every part of `StoreCheckpointer` shares: its state, the sync bridge, and the decoding
+of a stored row's header and metadata. The parts (writing, batches, reading, pruning, auditing)
+are mixins over this base, composed in `saver.py`."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointMetadata
+
+from . import codec
+from .appendlog import AppendLog
+from .bridge import Bridge, iterate_inline, run_inline
+from .rows import CheckpointRow
+from .store import Store
+
+if TYPE_CHECKING:
+    from .audit import Auditor
+    from .schema import SchemaChain
+
+T = TypeVar("T")
+
+PAGE = 32  # rows decoded together by `list`, the delta-channel walk and the migration runner
+
+
+class SaverBase(BaseCheckpointSaver[str]):
+    """The state a `StoreCheckpointer` keeps (set by its `__init__`), and its bridge."""
+
+    schema_chain: SchemaChain | None
+    _store: Store
+    _log: AppendLog
+    _bridge: Bridge
+    _auditor: Auditor
+    _audit_want: bool
+    _audit_on: bool | None
+    _audit_read_at: float
+    _upgrades_stored: OrderedDict[tuple[str, str, str, str], None]
+    _row_versions: bool
+    """The store resolves blobs server-side: each checkpoint row carries its channel versions."""
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._store.inline:
+            return run_inline(coro)
+        return self._bridge.run(coro)
+
+    def _sync_iter(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        if self._store.inline:
+            return iterate_inline(agen)
+        return self._bridge.iterate(agen)
+
+    def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run one of this checkpointer's coroutines from sync code, as its own sync methods do
+        (on its private event loop, or inline for a store that never suspends): how the
+        time-travel helpers and wrappers call it from sync code."""
+        return self._sync(coro)
+
+    def _metadata(self, row: CheckpointRow) -> CheckpointMetadata:
+        return codec.decode_metadata(self.serde, row.metadata, f"checkpoint {row.checkpoint_id!r}")
+
+    def _header(self, row: CheckpointRow) -> dict[str, Any]:
+        return codec.decode_header(self.serde, row.checkpoint, f"checkpoint {row.checkpoint_id!r}")

@@ -1,0 +1,157 @@
+"""Batches: puts and writes stored as one (`aput_batch`), or prepared as rows first and written
+later, or by another of our stores (the wrappers' protocols in `inner.py`)."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from .base import SaverBase
+from .rows import BlobRow
+from .store import BatchItem
+from .writing import PreparedPut, Writing
+
+
+class Batches(Writing):
+    """The batch methods of `StoreCheckpointer`."""
+
+    async def aput_batch(self, ops: Sequence[tuple[Any, ...]]) -> None:
+        """Store checkpoints and writes in order, in one batch (one transaction or round trip
+        where the backend allows). Each op is `("put", config, checkpoint, metadata,
+        new_versions)` or `("writes", config, writes, task_id, task_path)`, as the arguments of
+        `aput` / `aput_writes`. Used by `SmartCheckpointer` to flush a thread."""
+        prepared = await self.aprepare_batch(ops)
+        if prepared is None:  # audited: each hash chains on the one stored before it
+            for op in ops:
+                if op[0] == "put":
+                    await self.aput(*op[1:])
+                else:
+                    await self.aput_writes(*op[1:])
+            return
+        await self.awrite_prepared([prepared])
+
+    def put_batch(self, ops: Sequence[tuple[Any, ...]]) -> None:
+        """Sync `aput_batch`."""
+        self._sync(self.aput_batch(ops))
+
+    async def aprepare_batch(
+        self, ops: Sequence[tuple[Any, ...]], *, portable: bool = False
+    ) -> PreparedBatch | None:
+        """`aput_batch`'s ops as rows, not yet written. None when the store is audited (its
+        records are sealed one by one as stored), unless the batch is `portable` with one
+        checkpoint at most: that one is sealed as `aput` would (a replicated write).
+
+        Batches are written with `awrite_prepared`, several at once if need be: a batch
+        written again with a later one (while its own write is still out) makes the later
+        write stand for both, so that it never waits for the earlier one to come back.
+        `portable`: rows any of our stores can take (`awrite_rows`), not only this one.
+        """
+        audited = await self._audited()
+        if audited and not (portable and sum(op[0] == "put" for op in ops) <= 1):
+            return None
+        batch = PreparedBatch([], [], set(), audited)
+        try:
+            for op in ops:
+                if op[0] == "put":
+                    _, config, checkpoint, metadata, new_versions = op
+                    put = await self._prepare_put(
+                        config, checkpoint, metadata, new_versions, portable, seal=audited)
+                    batch.items.append((put.row, put.blobs))
+                    batch.puts.append(put)
+                    row = put.row
+                    batch.threads.add(row.thread_id)
+                    # Committed now, so that the next checkpoint (of this batch or one
+                    # prepared after it) appends to this one; forgotten if a write fails.
+                    self._log.record(row.thread_id, row.checkpoint_ns, put.plans, (),
+                                     put.dropped)
+                else:
+                    rows = self._encode_writes(*op[1:])
+                    if rows:
+                        batch.items.append(rows)
+                        batch.threads.add(rows[0].thread_id)
+        except BaseException:
+            for thread_id in batch.threads:
+                self._log.forget(thread_id)
+            raise
+        return batch
+
+    def prepare_batch(
+        self, ops: Sequence[tuple[Any, ...]], *, portable: bool = False
+    ) -> PreparedBatch | None:
+        """Sync `aprepare_batch`."""
+        return self._sync(self.aprepare_batch(ops, portable=portable))
+
+    async def awrite_prepared(self, batches: Sequence[PreparedBatch]) -> None:
+        """Write prepared batches, in order, as one batch (one transaction or round trip where
+        the backend allows). Every row is an upsert, so a batch written twice (here and by a
+        write of its own still out) stores the same rows."""
+        items = [item for b in batches for item in b.items]
+        # An audited batch's writes, as `aput_writes` stores them (a child's seal covers them).
+        writes = [w for b in batches if b.audited for i in b.items if isinstance(i, list) for w in i]
+        try:
+            with self._auditor.writing(writes):
+                fell_back = await self._store.write_batch(items) if items else []
+        except BaseException:
+            for thread_id in {t for b in batches for t in b.threads}:
+                self._log.forget(thread_id)
+            raise
+        puts = [put for b in batches for put in b.puts]
+        for put, fell in zip(puts, fell_back, strict=True):
+            self._stored(put, fell, planned=False)
+
+    def write_prepared(self, batches: Sequence[PreparedBatch]) -> None:
+        """Sync `awrite_prepared`."""
+        self._sync(self.awrite_prepared(batches))
+
+    async def awrite_rows(self, items: Sequence[BatchItem]) -> None:
+        """Store rows another checkpointer made (`PreparedBatch.rows()`), as one batch: a
+        replica of ours takes the primary's rows instead of encoding every value again. The
+        serializers must be alike (`rows_compatible`). An append-delta whose base is not here
+        raises `MissingBaseError` and nothing is written: the thread needs a repair."""
+        if items:
+            await self._store.write_batch(items)
+
+    def write_rows(self, items: Sequence[BatchItem]) -> None:
+        """Sync `awrite_rows`."""
+        self._sync(self.awrite_rows(items))
+
+    def rows_compatible(self, other: BaseCheckpointSaver[Any]) -> bool:
+        """Whether rows this checkpointer makes can be stored by `other` as they are: both
+        ours, with LangGraph's own serializer (an encrypting one, say, would differ), and
+        neither store known to be audited (an audited store seals each row as stored), as
+        last read: this reads nothing, so an unreachable store can be asked.
+        """
+        return (
+            isinstance(other, SaverBase)
+            and type(self.serde) is JsonPlusSerializer
+            and type(other.serde) is JsonPlusSerializer
+            and not (self._audit_want or self._audit_on)
+            and not (other._audit_want or other._audit_on)
+        )
+
+
+@dataclass(slots=True)
+class PreparedBatch:
+    """Rows of a batch ready to write (`StoreCheckpointer.aprepare_batch`)."""
+
+    items: builtins.list[BatchItem]
+    puts: builtins.list[PreparedPut]
+    threads: set[str]
+    audited: bool = False
+    """Its checkpoint is sealed: its writes are recorded for the child's seal."""
+
+    def rows(self) -> builtins.list[BatchItem]:
+        """The rows alone, for another store (`awrite_rows`): plain data that pickles, an
+        append-delta without the whole value it could fall back on."""
+        return [
+            (item[0], [b if b.full is None else
+                       BlobRow(b.channel, b.version, b.type, b.data, b.base_version)
+                       for b in item[1]])
+            if isinstance(item, tuple) else item
+            for item in self.items
+        ]

@@ -1,0 +1,186 @@
+"""Writing one checkpoint or one task's writes: encoding, append-delta plans, the audit seal,
+and values a read-time schema upgrade changed."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    get_serializable_checkpoint_metadata,
+)
+
+from . import codec
+from .appendlog import Plan
+from .auditing import Auditing
+from .config import make_config, put_ids, write_ids
+from .rows import BlobRow, CheckpointRow, WriteRow
+from .versions import any_upgraded, is_upgraded, plain, version_key
+
+
+class Writing(Auditing):
+    """`aput` and `aput_writes` of `StoreCheckpointer`, and the preparing of a put's rows."""
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        seal = await self._audited()
+        put = await self._prepare_put(config, checkpoint, metadata, new_versions, seal=seal)
+        fell_back = await self._store.write_checkpoint(put.row, put.blobs)
+        self._stored(put, fell_back)
+        return make_config(put.row.thread_id, put.row.checkpoint_ns, put.row.checkpoint_id)
+
+    async def _prepare_put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        portable: bool = False,
+        *,
+        seal: bool = False,
+    ) -> PreparedPut:
+        """A checkpoint as the rows to store (`seal`: with an audit record), and what to
+        remember once they are stored."""
+        md = get_serializable_checkpoint_metadata(config, metadata)
+        thread_id, ns, checkpoint_id, parent_id = put_ids(config, checkpoint, md, new_versions)
+        if self.schema_chain is not None:  # the stamp is the chain's: an unnamed one sets none
+            md.pop("schema_name", None)  # type: ignore[typeddict-item]
+            md.update(self.schema_chain.stamp())  # type: ignore[typeddict-item]
+        checkpoint, upgraded = _store_upgraded(checkpoint, new_versions)
+        header = codec.encode_header(self.serde, checkpoint)
+        blobs, plans = codec.encode_blobs(
+            self.serde, self._log, thread_id, ns, checkpoint["channel_values"], new_versions
+        )
+        marks = self._upgraded_blobs(thread_id, ns, checkpoint["channel_values"], upgraded)
+        blobs += [b for _, b in marks]
+        # A record of the audit trail copied along (a fork) would be stale: ours to write.
+        if isinstance(md.get("audit"), dict) and "hash" in md["audit"]:  # type: ignore[typeddict-item]
+            md.pop("audit")  # type: ignore[typeddict-item]
+        sealed = None
+        if seal:
+            sealed = await self._auditor.seal(
+                self.serde, (thread_id, ns, checkpoint_id, parent_id), header,
+                md, checkpoint, codec.blob_keys(new_versions), blobs,
+            )
+            md["audit"] = sealed.record  # type: ignore[typeddict-unknown-key]
+        md_typed = codec.dumps(self.serde, md, f"metadata of checkpoint {checkpoint_id!r}")
+        run_id = md.get("run_id")
+        row = CheckpointRow(
+            thread_id,
+            ns,
+            checkpoint_id,
+            parent_id,
+            None if run_id is None else str(run_id),
+            header,
+            md_typed,
+            # Redis resolves blobs by these; rows copied to another store may go to a Redis.
+            codec.blob_keys(checkpoint["channel_versions"])
+            if self._row_versions or portable else None,
+        )
+        dropped = tuple(ch for ch in new_versions if ch not in plans)
+        return PreparedPut(row, blobs, plans, [k for k, _ in marks], sealed, dropped)
+
+    def _stored(self, put: PreparedPut, fell_back: Collection[str], planned: bool = True) -> None:
+        """Remember what a stored checkpoint holds (`planned`: its append plans still need
+        committing to the log)."""
+        if put.sealed is not None:
+            self._auditor.stored(put.sealed)
+        for key in put.marks:  # stored now: later checkpoints holding the same mark skip it
+            self._upgrades_stored[key] = None
+            if len(self._upgrades_stored) > 4096:
+                self._upgrades_stored.popitem(last=False)
+        if planned:
+            self._log.record(put.row.thread_id, put.row.checkpoint_ns, put.plans, fell_back,
+                             put.dropped)
+
+    def _upgraded_blobs(
+        self, thread_id: str, ns: str, values: Mapping[str, Any], versions: Mapping[str, str]
+    ) -> builtins.list[tuple[tuple[str, str, str, str], BlobRow]]:
+        """Whole rows for values a schema upgrade gave a version on read, until a checkpoint
+        holding them is stored by this process (later checkpoints of the same run still hold
+        the marked version, and the row is there by then)."""
+        rows = []
+        for ch, vkey in versions.items():
+            key = (thread_id, ns, ch, vkey)
+            if ch in values and key not in self._upgrades_stored:
+                what = f"channel {ch!r}"
+                rows.append((key, BlobRow(ch, vkey, *codec.dumps(self.serde, values[ch], what))))
+        return rows
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        rows = self._encode_writes(config, writes, task_id, task_path)
+        if rows and await self._audited():
+            with self._auditor.writing(rows):
+                await self._store.write_writes(rows)
+        elif rows:
+            await self._store.write_writes(rows)
+
+    def _encode_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> builtins.list[WriteRow]:
+        thread_id, ns, checkpoint_id, task = write_ids(config, writes, task_id, task_path)
+        return codec.encode_writes(
+            self.serde, thread_id, ns, checkpoint_id, writes, task, task_path
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedPut:
+    row: CheckpointRow
+    blobs: builtins.list[BlobRow]
+    plans: Mapping[str, Plan]
+    marks: builtins.list[tuple[str, str, str, str]]
+    sealed: Any
+    dropped: tuple[str, ...]
+    """Channels written without an append plan (not lists): the log forgets their chains."""
+
+
+def _store_upgraded(
+    checkpoint: Checkpoint, new_versions: ChannelVersions
+) -> tuple[Checkpoint, dict[str, str]]:
+    """The checkpoint as stored (marked versions made plain, also where nodes saw them), and the
+    channels holding a value that a schema upgrade changed on read and that this step did not
+    write (channel -> version key): LangGraph names only a step's writes in `new_versions`, so
+    those values are stored with the first checkpoint that holds them."""
+    if not any_upgraded():  # the common case: no scan of every version on every put
+        return checkpoint, {}
+    versions = checkpoint["channel_versions"]
+    seen = checkpoint.get("versions_seen") or {}
+    if not any(is_upgraded(v) for v in versions.values()) and not any(
+        is_upgraded(v) for node in seen.values() for v in node.values()
+    ):
+        return checkpoint, {}
+    extra = {
+        ch: version_key(plain(v))
+        for ch, v in versions.items()
+        if is_upgraded(v) and ch not in new_versions
+    }
+    stored = {
+        **checkpoint,
+        "channel_versions": {ch: plain(v) for ch, v in versions.items()},
+        "versions_seen": {
+            node: {ch: plain(v) for ch, v in vs.items()} for node, vs in seen.items()
+        },
+    }
+    return cast(Checkpoint, stored), extra
