@@ -1,7 +1,6 @@
 """Checkpointers that wrap others: `SmartCheckpointer` (when to save) and its policies;
 `ReplicatedCheckpointer` (a primary and replicas)."""
 
-from .policies import AnyOf, EveryStep, Hybrid, OnEvents, Periodic, Policy, ThreadActivity
 from .replicated import (
     RepairReport,
     ReplicaRepair,
@@ -10,6 +9,7 @@ from .replicated import (
     ReplicationStatus,
 )
 from .smart import Metrics, SmartCheckpointer
+from .smart.policies import AnyOf, EveryStep, Hybrid, OnEvents, Periodic, Policy, ThreadActivity
 
 __all__ = [
     "AnyOf",

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ...core.saver import PreparedBatch
-from .. import policies
-from ..policies import Policy, ThreadActivity
+from . import policies
 from .items import Item, Put, Writes, coalesced, puts
 from .metrics import Metrics
+from .policies import Policy, ThreadActivity
 
 
 @dataclass(eq=False)

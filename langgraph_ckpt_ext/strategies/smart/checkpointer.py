@@ -46,12 +46,12 @@ from ...core.opening import Opening, around
 from ...core.saver import StoreCheckpointer
 from ...timetravel.methods import TimeTravel
 from .._forward import Closing, Forwarded, iterate_closing, not_forwarded, store_method
-from ..policies import OnEvents, Policy
 from .buffer import Buffer
 from .flusher import LIVE, Flusher, Timer
 from .items import Encoder, Item, writes_item
 from .metrics import Metrics
 from .overlay import listing, read_tuple
+from .policies import OnEvents, Policy
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -20,9 +20,9 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from ...core.bridge import either, resolve, run_inline
 from ...core.inner import BatchSaver, RowSaver
 from ...core.saver import StoreCheckpointer
-from ..policies import Policy
 from .buffer import Buffer, Flight
 from .items import op
+from .policies import Policy
 
 
 class Flusher:

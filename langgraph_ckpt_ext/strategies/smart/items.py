@@ -26,7 +26,7 @@ from ...core.inner import Op
 from ...core.lru import SizedLRU
 from ...core.versions import version_key
 from ...timetravel.history import next_nodes
-from .. import policies
+from . import policies
 
 _ERROR, _INTERRUPT = "__error__", "__interrupt__"
 
