@@ -8,7 +8,6 @@ Layers, bottom to top: core -> state, migrations, timetravel -> backends -> stra
 transfer, connect, cli and the top-level package (`tests/test_layering.py` checks them).
 """
 
-from .policies import AnyOf, EveryStep, Hybrid, OnEvents, Periodic, Policy, ThreadActivity
 from .replicated import (
     RepairReport,
     ReplicaRepair,
@@ -17,6 +16,7 @@ from .replicated import (
     ReplicationStatus,
 )
 from .smart import Metrics, SmartCheckpointer
+from .smart.policies import AnyOf, EveryStep, Hybrid, OnEvents, Periodic, Policy, ThreadActivity
 
 __all__ = [
     "AnyOf",

@@ -1,20 +1,28 @@
-"""The helpers of this package's checkpointers (`sizes`, `verify`, `migrate_threads`, ...) on
-the wrappers, which pass each to the checkpointer they wrap in their own way (`_forward`): the
-smart one writes its buffer first, the replicated one goes to its primary."""
+"""What the two wrappers share: the helpers of this package's checkpointers (`sizes`, `verify`,
+`migrate_threads`, ...), which each wrapper passes to the checkpointer it wraps in its own way
+(`_forward`: the smart one writes its buffer first, the replicated one goes to its primary);
+`with` / `async with` (`Closing`); and a listing written once for `list` and `alist`
+(`either_each`, `iterate_closing`)."""
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from ..core.bridge import iterate_inline, run_inline
 
 if TYPE_CHECKING:
     from ..core.audit import AuditStatus
     from ..core.rows import MigrationEntry, StoredSize
     from ..migrations.runner import MigrationProgress, MigrationReport
     from ..timetravel.audit import AuditReport
+
+P = ParamSpec("P")
+T = TypeVar("T")
+W = TypeVar("W", bound="Closing")
 
 
 def store_method(saver: BaseCheckpointSaver[Any], name: str, role: str) -> Callable[..., Any]:
@@ -152,3 +160,58 @@ class Forwarded:
 def _threads(thread_ids: Sequence[str] | None) -> Sequence[str] | None:
     """The threads a call names (a string is refused by the call itself: none here)."""
     return () if isinstance(thread_ids, str) else thread_ids
+
+
+async def either_each(
+    sync: bool,
+    call: Callable[P, Iterable[T]],
+    acall: Callable[P, AsyncIterable[T]],
+    /,
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> AsyncGenerator[T, None]:
+    """`core.bridge.either` for a listing: the items of `call` when `sync` (iterated without
+    suspending: a sync entry point drives the generator with `iterate_inline`), else those of
+    `acall`."""
+    if sync:
+        for item in call(*args, **kwargs):
+            yield item
+    else:
+        async for item in acall(*args, **kwargs):
+            yield item
+
+
+def iterate_closing(agen: AsyncGenerator[T, None]) -> Iterator[T]:
+    """A sync listing: an async generator that never suspends, driven from sync code
+    (`iterate_inline`), and closed when the caller stops early, not left to the garbage
+    collector or to a running event loop's async-generator hooks."""
+    try:
+        yield from iterate_inline(agen)
+    finally:
+        run_inline(_aclose(agen))
+
+
+async def _aclose(agen: AsyncGenerator[Any, None]) -> None:
+    await agen.aclose()
+
+
+class Closing:
+    """`with` and `async with` a wrapper: `close()` / `aclose()` on exit."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: W) -> W:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self: W) -> W:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
