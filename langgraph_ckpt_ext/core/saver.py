@@ -60,6 +60,7 @@ from .config import (
     write_ids,
 )
 from .errors import InvalidConfigError
+from .failures import unavailable
 from .filters import matches, validate_filter
 from .lifetime import store_lifetime
 from .rows import AuditSwitch, BlobRef, BlobRow, CheckpointRow, ListQuery, StoredSize, WriteRow
@@ -1107,6 +1108,11 @@ class StoreCheckpointer(BaseCheckpointSaver[str], TimeTravel):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+    def is_unavailable(self, exc: BaseException) -> bool:
+        """Whether `exc`, raised by this checkpointer, means its store could not be reached
+        (a wrapper fails over or retries) rather than that it refused the request."""
+        return unavailable(exc, self._store.refuses)
 
 
 @dataclass(slots=True)
