@@ -2,7 +2,7 @@
 `ReplicatedCheckpointer` (a primary and replicas)."""
 
 from .policies import AnyOf, EveryStep, Hybrid, OnEvents, Periodic, Policy, ThreadActivity
-from .replicated import (
+from .replication import (
     RepairReport,
     ReplicaRepair,
     ReplicaStatus,
