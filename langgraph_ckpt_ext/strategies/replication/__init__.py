@@ -10,7 +10,8 @@ user chooses (see `checkpointer.py`), one concern per module:
 - `failures`: which errors are outages and which are refusals, per saver; `failover`: the
   primary and where a call goes while it is down; `gate`: repairs and writes of a thread
   exclude each other; `writes`: how a write goes (async or quorum); `repair`: `repair()` and
-  the background repair; `calls`: how each call, written once, runs sync or async.
+  the background repair; `calls`: how each call, written once, runs sync or async;
+  `interface`: LangGraph's saver methods over the failover and the writer.
 
 May import `core` (and `timetravel.methods`, `transfer` for repairs, `connect` for replicas
 given as URLs, as the checkpointers do), and `backends.sqlstate` only: the PostgreSQL

@@ -1,7 +1,7 @@
-"""The replicator process (`python -m langgraph_ckpt_ext.strategies.replication.child`, so
-none of the user's modules are imported again): opens the replicas from their URLs and
-applies the ops the parent sends with the same per-replica workers as in-process
-replication (`worker.Replica`), reporting back what each replica did."""
+"""The replicator process (`python -m langgraph_ckpt_ext.strategies.replication`, see
+`__main__.py`, so none of the user's modules are imported again): opens the replicas from
+their URLs and applies the ops the parent sends with the same per-replica workers as
+in-process replication (`worker.Replica`), reporting back what each replica did."""
 
 from __future__ import annotations
 
@@ -221,9 +221,3 @@ def child_main() -> None:  # pragma: no cover - runs in the child; covered by it
     outbox.flush()
     send_frame(stdout, ("closed",))
 
-
-if __name__ == "__main__":  # pragma: no cover
-    # Through the package's module, not this `__main__` copy: one set of classes.
-    from langgraph_ckpt_ext.strategies.replication.child import child_main as _main
-
-    _main()

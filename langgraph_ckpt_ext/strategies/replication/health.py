@@ -27,6 +27,24 @@ class Health:
         self.repair_all = False
         self.to_repair: set[str] = set()
 
+    def _queued(self) -> int:
+        raise NotImplementedError
+
+    def _overflow(self) -> None:
+        """Drop the queue: each op's threads marked for repair (under `cond`)."""
+        raise NotImplementedError
+
+    def _make_room(self, wait: float) -> None:
+        """While the queue is full, wait up to `wait` s for room (backpressure) if the replica
+        is up, else drop the queue and mark the replica for repair (under `cond`)."""
+        deadline = time.monotonic() + wait
+        while self._queued() >= self.max_queue:
+            left = deadline - time.monotonic()
+            if not self.up or left <= 0:
+                self._overflow()
+                break
+            self.cond.wait(left)
+
     def _unbusy(self, threads: tuple[str, ...]) -> None:
         for t in threads:
             self.busy[t] -= 1

@@ -13,7 +13,6 @@ import contextlib
 import os
 import sys
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -26,7 +25,7 @@ from .pipe import read_frame, send_frame, ship
 from .queue import Op
 from .status import ReplicaStatus
 
-_CHILD = "langgraph_ckpt_ext.strategies.replication.child"
+_CHILD = "langgraph_ckpt_ext.strategies.replication"  # its `__main__`: `child.child_main`
 
 
 class Replicator:
@@ -140,18 +139,15 @@ class ProcessReplica(Health):
         self.replicator.send(message)
 
     def push(self, op: Op, wait: float) -> None:
-        deadline = time.monotonic() + wait
         with self.cond:
-            while len(self.pending) >= self.max_queue:
-                left = deadline - time.monotonic()
-                if not self.up or left <= 0:
-                    self._overflow()
-                    break
-                self.cond.wait(left)
+            self._make_room(wait)
             self.pending[op.seq] = op
             if op.ack is not None:
                 self.acks[op.seq] = op
             self.busy.update(op.threads)
+
+    def _queued(self) -> int:
+        return len(self.pending)
 
     def _overflow(self) -> None:
         self._send(("drop", self.index))

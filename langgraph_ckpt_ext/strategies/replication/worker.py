@@ -48,19 +48,16 @@ class Replica(Health):
     def push(self, op: Op, wait: float) -> None:
         """Queue an op; while the queue is full, wait up to `wait` s for room (backpressure) if
         the replica is up, else drop the queue and mark the replica for repair."""
-        deadline = time.monotonic() + wait
         with self.cond:
-            while len(self.queue) >= self.max_queue:
-                left = deadline - time.monotonic()
-                if not self.up or left <= 0:
-                    self._overflow()
-                    break
-                self.cond.wait(left)
+            self._make_room(wait)
             self.queue.append(Entry(op))
             for t in op.threads:
                 self.busy[t] += 1
             self.cond.notify_all()
         self.start()
+
+    def _queued(self) -> int:
+        return len(self.queue)
 
     def _overflow(self) -> None:
         for entry in self.queue:
