@@ -188,10 +188,6 @@ class ReplicatedCheckpointer(SaverInterface, TimeTravel, Forwarded):
     def replicas(self) -> list[BaseCheckpointSaver[Any]]:
         return [r.saver for r in self._fanout.views]
 
-    @property
-    def _replicas(self) -> list[View]:
-        return self._fanout.views
-
     def status(self) -> ReplicationStatus:
         """Whether the primary is up, and per replica: up, queued operations, the oldest
         unreplicated age, the last error, whether it needs a repair."""
