@@ -2,7 +2,7 @@
 
 Importing this package loads no database driver: each backend is imported when first named.
 The top of the layers: it may import every package. Layers, bottom to top: core -> state,
-migrations, timetravel -> backends -> strategies -> transfer, connect, cli and this top-level
+migrations, timetravel -> backends -> connect, transfer -> strategies -> cli and this top-level
 package (`tests/test_layering.py` checks them).
 
     from langgraph_ckpt_ext import SQLiteCheckpointer

@@ -304,6 +304,10 @@ class MemoryStore:
     async def storage_version(self) -> int:
         return 0
 
+    def refuses(self, exc: BaseException) -> bool:
+        """Nothing here is a server that refuses: only caller errors are not outages."""
+        return False
+
     async def close(self) -> None:
         return None
 

@@ -33,6 +33,7 @@ from .audit import Auditor
 from .batch import Batches, PreparedBatch
 from .bridge import Bridge, run_inline
 from .config import check_id
+from .failures import unavailable
 from .filters import validate_filter
 from .lifetime import store_lifetime
 from .prune import Pruning
@@ -284,3 +285,8 @@ class StoreCheckpointer(Batches, Reading, Pruning):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+    def is_unavailable(self, exc: BaseException) -> bool:
+        """Whether `exc`, raised by this checkpointer, means its store could not be reached
+        (a wrapper fails over or retries) rather than that it refused the request."""
+        return unavailable(exc, self._store.refuses)

@@ -178,6 +178,12 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
+    def refuses(self, exc: BaseException) -> bool:
+        """Whether `exc`, raised by this store, is a request the server answered and refused,
+        as it would refuse it again (bad data, a constraint): not an outage to fail over on or
+        retry (see `core.failures`)."""
+        ...
+
 
 Cursor = tuple[str, str, str]
 """(checkpoint_id, checkpoint_ns, thread_id) of the last row of a `list` page."""

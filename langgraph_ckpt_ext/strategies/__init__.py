@@ -4,11 +4,11 @@ LangGraph's interface and, for batches and rows, the protocols of `core.inner`.
 
 May import: `core`, `state`, `migrations`, `timetravel`, `backends`, `connect` (to open what a
 URL names) and `transfer` (a replica's repair).
-Layers, bottom to top: core -> state, migrations, timetravel -> backends -> strategies ->
-transfer, connect, cli and the top-level package (`tests/test_layering.py` checks them).
+Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connect,
+transfer -> strategies -> cli and the top-level package (`tests/test_layering.py` checks them).
 """
 
-from .replicated import (
+from .replication import (
     RepairReport,
     ReplicaRepair,
     ReplicaStatus,

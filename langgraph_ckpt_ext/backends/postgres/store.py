@@ -30,6 +30,7 @@ from ...core.rows import (
     whole as whole_row,
 )
 from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
+from .. import sqlstate
 from . import sql
 from .migrations import LATEST, MIGRATIONS
 
@@ -471,6 +472,10 @@ class PostgresStore:
 
     async def find_runs(self, run_ids: Collection[str]) -> list[tuple[str, str, str]]:
         return [tuple(r) for r in await self._fetch(sql.SELECT_RUNS, list(run_ids))]
+
+    def refuses(self, exc: BaseException) -> bool:
+        """A SQLSTATE of a refused request (bad data, a constraint, a limit)."""
+        return sqlstate.refused(exc)
 
     async def close(self) -> None:
         """Close the pools this store opened (a pool passed in stays the caller's)."""

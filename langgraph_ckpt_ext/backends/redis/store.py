@@ -775,6 +775,11 @@ class RedisStore:
                 out.append((tid, _s(ns), _s(cid)))
         return out
 
+    def refuses(self, exc: BaseException) -> bool:
+        """None of Redis's errors is taken for a refusal: every error that is not a caller
+        error counts as an outage (a `ResponseError` too)."""
+        return False
+
     async def close(self) -> None:
         """Stop the index sweep's step in progress; close the clients this store opened (a
         client passed in stays the caller's)."""

@@ -382,6 +382,11 @@ class SQLiteStore:
             out += [tuple(r) for r in await self._fetchall(sql.select_runs(len(chunk)), chunk)]
         return out
 
+    def refuses(self, exc: BaseException) -> bool:
+        """None of sqlite3's errors is taken for a refusal: every error that is not a caller
+        error counts as an outage (an `IntegrityError` too)."""
+        return False
+
     async def close(self) -> None:
         if not self.owns_connections:
             return

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ...core.saver import PreparedBatch
+from ...core.batch import PreparedBatch
 from . import policies
 from .items import Item, Put, Writes, coalesced, puts
 from .metrics import Metrics

@@ -38,11 +38,12 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 
+from ...connect import around
 from ...core.bridge import either, run_inline
 from ...core.config import thread_id_of
 from ...core.errors import InvalidConfigError
 from ...core.lifetime import Lifetime
-from ...core.opening import Opening, around
+from ...core.opening import Opening
 from ...core.saver import StoreCheckpointer
 from ...timetravel.methods import TimeTravel
 from .._forward import Closing, Forwarded, iterate_closing, not_forwarded, store_method

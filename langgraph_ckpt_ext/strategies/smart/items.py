@@ -22,13 +22,11 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...core import codec
 from ...core.config import make_config, put_ids, write_ids
+from ...core.graph import ERROR, INTERRUPT, next_nodes
 from ...core.inner import Op
 from ...core.lru import SizedLRU
 from ...core.versions import version_key
-from ...timetravel.history import next_nodes
 from . import policies
-
-_ERROR, _INTERRUPT = "__error__", "__interrupt__"
 
 
 @dataclass
@@ -161,9 +159,9 @@ def _write_events(
     serialized): an interrupt, an error, a plan change, a tool call."""
     found: set[str] = set()
     for channel, value in writes:
-        if channel == _INTERRUPT:
+        if channel == INTERRUPT:
             found.add(policies.INTERRUPT)
-        elif channel == _ERROR:
+        elif channel == ERROR:
             found.add(policies.ERROR)
         elif channel in plan_channels:
             found.add(policies.PLAN_CHANGE)

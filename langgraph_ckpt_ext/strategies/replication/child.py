@@ -1,0 +1,223 @@
+"""The replicator process (`python -m langgraph_ckpt_ext.strategies.replication`, see
+`__main__.py`, so none of the user's modules are imported again): opens the replicas from
+their URLs and applies the ops the parent sends with the same per-replica workers as
+in-process replication (`worker.Replica`), reporting back what each replica did."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import IO, Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from ...core.saver import StoreCheckpointer
+from .failures import classifier, describe, foreign_unavailable
+from .pipe import read_frame, send_frame
+from .queue import Entry, Op
+from .worker import Replica
+
+_OUTBOX_EVERY = 0.002  # the child sends what its replicas did at most this often
+_UNBOUNDED = 1 << 62  # the parent bounds each queue
+
+
+class _Deferred(BaseCheckpointSaver[Any]):
+    """A replica that could not be reached when the child started: every call opens it first
+    (the worker marks it down meanwhile and probes it until it answers). It takes batches and
+    rows as every replica given as a URL does (one of ours)."""
+
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        super().__init__()
+        self.url, self.options = url, options
+        self.saver: StoreCheckpointer | None = None
+
+    def _open(self) -> StoreCheckpointer:
+        if self.saver is None:
+            from ...connect import connect
+
+            self.saver = connect(self.url, **self.options)
+        return self.saver
+
+    def is_unavailable(self, exc: BaseException) -> bool:
+        return foreign_unavailable(exc) if self.saver is None else classifier(self.saver)(exc)
+
+    # What the worker calls (`Replica.apply`, its probe), and the batch abilities it asks for.
+
+    def get_tuple(self, *a: Any, **kw: Any) -> Any:
+        return self._open().get_tuple(*a, **kw)
+
+    def put(self, *a: Any, **kw: Any) -> Any:
+        return self._open().put(*a, **kw)
+
+    def put_writes(self, *a: Any, **kw: Any) -> None:
+        self._open().put_writes(*a, **kw)
+
+    def delete_thread(self, *a: Any, **kw: Any) -> None:
+        self._open().delete_thread(*a, **kw)
+
+    def delete_for_runs(self, *a: Any, **kw: Any) -> None:
+        self._open().delete_for_runs(*a, **kw)
+
+    def copy_thread(self, *a: Any, **kw: Any) -> None:
+        self._open().copy_thread(*a, **kw)
+
+    def prune(self, *a: Any, **kw: Any) -> None:
+        self._open().prune(*a, **kw)
+
+    def put_batch(self, ops: Any) -> None:
+        self._open().put_batch(ops)
+
+    async def aput_batch(self, ops: Any) -> None:
+        await self._open().aput_batch(ops)
+
+    def prepare_batch(self, ops: Any, *, portable: bool = False) -> Any:
+        return self._open().prepare_batch(ops, portable=portable)
+
+    async def aprepare_batch(self, ops: Any, *, portable: bool = False) -> Any:
+        return await self._open().aprepare_batch(ops, portable=portable)
+
+    def write_prepared(self, batches: Any) -> None:
+        self._open().write_prepared(batches)
+
+    async def awrite_prepared(self, batches: Any) -> None:
+        await self._open().awrite_prepared(batches)
+
+    def write_rows(self, items: Any) -> None:
+        self._open().write_rows(items)
+
+    async def awrite_rows(self, items: Any) -> None:
+        await self._open().awrite_rows(items)
+
+    def rows_compatible(self, other: BaseCheckpointSaver[Any]) -> bool:
+        return self._open().rows_compatible(other)
+
+
+class _Outbox:
+    """What the child's replicas did, sent to the parent in batches."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.stream = stream
+        self.items: list[Any] = []
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+
+    def put(self, item: Any) -> None:
+        with self.lock:
+            self.items.append(item)
+        self.wake.set()
+
+    def run(self) -> None:
+        while True:
+            self.wake.wait()
+            time.sleep(_OUTBOX_EVERY)  # let a few more come
+            self.wake.clear()
+            self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            items, self.items = self.items, []
+            if items:
+                send_frame(self.stream, ("events", items))
+
+
+class ChildReplica(Replica):
+    """A replica in the child: what it does is also told to the parent (`ProcessReplica`)."""
+
+    def __init__(self, index: int, name: str, saver: BaseCheckpointSaver[Any], linger: float,
+                 outbox: _Outbox) -> None:
+        super().__init__(name, saver, _UNBOUNDED, linger)
+        self.index, self.outbox = index, outbox
+
+    def _settle(self, entry: Entry, error: BaseException | None) -> None:
+        if entry.op.quorum and not entry.acked:  # only a quorum write waits on it
+            entry.acked = True
+            self.outbox.put(("settled", self.index, entry.op.seq,
+                             None if error is None else describe(error)))
+
+    def _pop(self, entry: Entry) -> None:
+        if self.queue and self.queue[0] is entry:
+            super()._pop(entry)
+            self.outbox.put(("applied", self.index, entry.op.seq))
+
+    def _mark(self, op: Op) -> None:
+        super()._mark(op)
+        self.outbox.put(("refused", self.index, op.seq))
+
+
+def _open(specs: Sequence[tuple[str, str, dict[str, Any]]], linger: float, outbox: _Outbox
+          ) -> list[ChildReplica]:
+    from ...connect import connect
+
+    replicas = []
+    for i, (name, url, options) in enumerate(specs):
+        try:
+            saver: BaseCheckpointSaver[Any] = connect(url, **options)
+        except (ConnectionError, OSError):  # down at start: opened once it answers
+            saver = _Deferred(url, options)
+        replicas.append(ChildReplica(i, name, saver, linger, outbox))
+    return replicas
+
+
+def _watch(replicas: list[ChildReplica], outbox: _Outbox) -> None:
+    """Tell the parent when a replica goes down or comes back."""
+    seen: dict[int, tuple[bool, int]] = {}
+    while True:
+        time.sleep(0.05)
+        for r in replicas:
+            with r.cond:
+                state = (r.up, r.failures)
+                err = r.last_error
+            if seen.get(r.index) != state:
+                seen[r.index] = state
+                outbox.put(("health", r.index, state[0], state[1],
+                            None if err is None else describe(err)))
+
+
+def _serve(stdin: IO[bytes], replicas: list[ChildReplica], outbox: _Outbox) -> None:
+    """Apply what the parent sends until it says close (or is gone)."""
+    try:
+        while True:
+            msg = read_frame(stdin)
+            if msg[0] == "op":
+                _, seq, kind, threads, args, targets, quorum = msg
+                op = Op(kind, args, threads, time.monotonic(), seq=seq, quorum=quorum)
+                for i in targets:
+                    replicas[i].push(op, 0.0)
+            elif msg[0] == "withdraw":  # a quorum write that failed, if not yet applied
+                if replicas[msg[1]].take_back(msg[2]):
+                    outbox.put(("withdrawn", msg[1], msg[2]))
+            elif msg[0] == "drop":
+                r = replicas[msg[1]]
+                with r.cond:
+                    r.queue.clear()
+                    r.busy.clear()
+            elif msg[0] == "close":
+                break
+    except EOFError:  # the parent is gone: apply what came, then stop
+        pass
+
+
+def child_main() -> None:  # pragma: no cover - runs in the child; covered by its tests
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but frames on the pipe
+    outbox = _Outbox(stdout)
+    try:
+        hello = read_frame(stdin)
+        replicas = _open(hello[1], float(hello[2].get("linger", 0.0)), outbox)
+    except BaseException as exc:
+        send_frame(stdout, ("fatal", describe(exc)))
+        return
+    send_frame(stdout, ("ready",))
+    threading.Thread(target=outbox.run, daemon=True).start()
+    threading.Thread(target=_watch, args=(replicas, outbox), daemon=True).start()
+    _serve(stdin, replicas, outbox)
+    for r in replicas:
+        r.stop()
+    for r in replicas:
+        if r.thread is not None:
+            r.thread.join()
+    outbox.flush()
+    send_frame(stdout, ("closed",))
+

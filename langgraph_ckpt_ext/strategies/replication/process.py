@@ -1,0 +1,235 @@
+"""Replicas applied in a process of their own: the parent's side.
+
+Applying a write to a replica is Python work (encoding, the driver, an event loop): done in the
+graph's process it takes the GIL from the graph. Replicas given as URLs are applied by a child
+process instead (`child.py`): the parent only pickles each write once, when it comes, and
+sends it down a pipe (`pipe.py`); the child reports back what each replica did, which the
+parent's view of each such replica (`ProcessReplica`) keeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...core.errors import InvalidConfigError, ReplicationError
+from ...core.saver import StoreCheckpointer
+from .failures import RemoteError
+from .health import Health
+from .pipe import read_frame, send_frame, ship
+from .queue import Op
+from .status import ReplicaStatus
+
+_CHILD = "langgraph_ckpt_ext.strategies.replication"  # its `__main__`: `child.child_main`
+
+
+class Replicator:
+    """The child process and the pipe to it (the parent's side)."""
+
+    def __init__(self, specs: Sequence[tuple[str, str, dict[str, Any]]],
+                 on_events: Callable[[list[Any]], None], linger: float = 0.0) -> None:
+        import subprocess
+
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            env=env,
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self._out, self._in = self.process.stdin, self.process.stdout
+        # Room for bursts, so that a write seldom waits for the child to read (Linux).
+        with contextlib.suppress(OSError, AttributeError):
+            import fcntl
+
+            fcntl.fcntl(self._out.fileno(), fcntl.F_SETPIPE_SZ, 1 << 20)
+        self._lock = threading.Lock()
+        self._on_events = on_events
+        self.closed = threading.Event()
+        send_frame(self._out, ("hello", list(specs), {"linger": linger}))
+        answer = read_frame(self._in)
+        if answer[0] != "ready":
+            self.process.wait(timeout=10)
+            self._out.close()
+            self._in.close()
+            raise InvalidConfigError(f"the replicas could not be opened: {answer[1]}")
+        self._reader = threading.Thread(target=self._read, name="lgckpt-replicator",
+                                        daemon=True)
+        self._reader.start()
+
+    def send(self, message: Any) -> None:
+        with self._lock:
+            send_frame(self._out, message)
+
+    def ship(self, op: Op, targets: list[int]) -> None:
+        """Send an op to the child's replicas `targets`."""
+        with self._lock:
+            args = ship(op.kind, op.args)
+            send_frame(self._out, ("op", op.seq, op.kind, op.threads, args, targets,
+                                   op.ack is not None))
+
+    def _read(self) -> None:
+        try:
+            while True:
+                msg = read_frame(self._in)
+                if msg[0] == "events":
+                    self._on_events(msg[1])
+                elif msg[0] == "closed":
+                    break
+        except (EOFError, OSError, ValueError):
+            pass
+        finally:
+            self.closed.set()
+
+    def close(self, timeout: float = 30.0) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.send(("close",))
+        self.closed.wait(timeout)
+        try:
+            self.process.wait(timeout=5)
+        except Exception:
+            self.process.kill()
+            self.process.wait()
+        for stream in (self._out, self._in):  # the pipes' fds, not left to the collector
+            with contextlib.suppress(OSError, ValueError):
+                stream.close()
+
+
+class ProcessReplica(Health):
+    """The parent's view of a replica applied in the child: what was sent and not yet
+    applied, and the health the child reports. Reads (failover, repair) use a checkpointer of
+    its own in this process, opened from the same URL when first needed."""
+
+    thread = None  # no worker thread here: the child's applies it
+
+    def __init__(self, name: str, index: int, url: str, options: dict[str, Any],
+                 max_queue: int) -> None:
+        super().__init__(name, max_queue)
+        self.index, self.url, self.options = index, url, options
+        self.replicator: Replicator | None = None  # set once the child is started
+        self.pending: OrderedDict[int, Op] = OrderedDict()
+        self.acks: dict[int, Op] = {}  # quorum writes this replica has not answered yet
+        self.withdrawn: set[int] = set()  # failed quorum writes the child was asked to drop
+        self._saver: StoreCheckpointer | None = None
+
+    @property
+    def saver(self) -> StoreCheckpointer:
+        if self._saver is None:
+            from ...connect import connect
+
+            self._saver = connect(self.url, **self.options)
+        return self._saver
+
+    @property
+    def queue(self) -> OrderedDict[int, Op]:
+        return self.pending
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def _send(self, message: Any) -> None:
+        assert self.replicator is not None
+        self.replicator.send(message)
+
+    def push(self, op: Op, wait: float) -> None:
+        with self.cond:
+            self._make_room(wait)
+            self.pending[op.seq] = op
+            if op.ack is not None:
+                self.acks[op.seq] = op
+            self.busy.update(op.threads)
+
+    def _queued(self) -> int:
+        return len(self.pending)
+
+    def _overflow(self) -> None:
+        self._send(("drop", self.index))
+        for op in self.acks.values():
+            self._settle(op, ReplicationError(f"replica {self.name}: queue overflowed"))
+        self.acks.clear()
+        self.withdrawn.clear()
+        for op in self.pending.values():
+            self._mark(op)
+        self.pending.clear()
+        self.busy.clear()
+
+    def _settle(self, op: Op, error: BaseException | None) -> None:
+        if op.ack is not None:
+            op.ack.settle(self.name, error)
+
+    def withdraw(self, op: Op) -> None:
+        """A quorum write that failed: the child takes it off its queue unless it is applying
+        it (it reports which); applied, its threads are marked for repair."""
+        with self.cond:
+            self.acks.pop(op.seq, None)
+            if op.seq not in self.pending:  # applied already
+                self._mark(op)
+                return
+            self.withdrawn.add(op.seq)
+        self._send(("withdraw", self.index, op.seq))
+
+    def drained(self) -> bool:
+        return not self.pending
+
+    def event(self, kind: str, *rest: Any) -> None:
+        """What the child reports, under `cond`."""
+        if kind == "settled":
+            seq, error = rest
+            op = self.acks.pop(seq, None)
+            if op is not None:
+                self._settle(op, None if error is None else RemoteError(error))
+        elif kind == "applied":
+            op = self.pending.pop(rest[0], None)
+            if op is not None:
+                self.applied += 1
+                self._unbusy(op.threads)
+                if op.seq in self.withdrawn:  # too late: it holds a write that failed
+                    self.withdrawn.discard(op.seq)
+                    self._mark(op)
+        elif kind == "withdrawn":
+            self.withdrawn.discard(rest[0])
+            op = self.pending.pop(rest[0], None)
+            if op is not None:
+                self._unbusy(op.threads)
+        elif kind == "refused":
+            op = self.pending.get(rest[0])
+            if op is not None:
+                self._mark(op)
+        elif kind == "health":
+            if rest[0] and not self.up:  # back after an outage: it may have lost data
+                self.repair_all = True
+            self.up, self.failures = rest[0], rest[1]
+            if rest[2] is not None:
+                self.last_error = RemoteError(rest[2])
+        self.cond.notify_all()
+
+    def status(self) -> ReplicaStatus:
+        with self.cond:
+            first = next(iter(self.pending.values()), None)
+            return self._status(len(self.pending), None if first is None else first.at)
+
+    def close(self) -> None:
+        if self._saver is not None:
+            self._saver.close()
+
+
+def deliver(replicas: Sequence[Health]) -> Callable[[list[Any]], None]:
+    """What the replicator process's replicas did, for its reader thread to hand to their
+    views here."""
+    by_index = {r.index: r for r in replicas if isinstance(r, ProcessReplica)}
+
+    def on_events(events: list[Any]) -> None:
+        for kind, index, *rest in events:
+            r = by_index.get(index)
+            if r is not None:
+                with r.cond:
+                    r.event(kind, *rest)
+
+    return on_events
