@@ -184,10 +184,10 @@ def diff_serde() -> Any:
 
 
 def _open(spec: tuple[str, str, dict[str, Any]]) -> Any:
-    from tests.conftest import make_saver
+    from tests.support.savers import open_saver
 
     kind, tmp, options = spec
-    return make_saver(kind, Path(tmp), serde=diff_serde(), **options)
+    return open_saver(kind, Path(tmp), serde=diff_serde(), **options).saver
 
 
 def _serve(conn: Any, spec: tuple[str, str, dict[str, Any]]) -> None:

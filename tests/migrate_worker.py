@@ -11,8 +11,8 @@ from typing import Any
 from langgraph_ckpt_ext import connect
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.migrations.runner import MigrationProgress
-from tests.conftest import PG_DSN, REDIS_URL
 from tests.schema_graphs import CHAIN
+from tests.support.savers import PG_DSN, REDIS_URL
 
 
 def open_target(target: str, **options: Any) -> StoreCheckpointer:

@@ -11,8 +11,8 @@ from langgraph.types import Command
 
 from langgraph_ckpt_ext import PostgresCheckpointer, SQLiteCheckpointer
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
-from tests.conftest import PG_DSN
 from tests.graphs import approval_graph, chat_graph, human
+from tests.support.savers import PG_DSN
 
 
 def open_saver(target: str) -> StoreCheckpointer:

@@ -14,22 +14,24 @@ from langchain_core.messages import HumanMessage
 
 from langgraph_ckpt_ext import InMemoryCheckpointer, connect
 from langgraph_ckpt_ext.core.appendlog import DEFAULT_MAX_BYTES
+from tests.support.common import conf
+from tests.support.savers import open_saver, params
 
-from .conftest import cleanup, conf, make_saver
 from .graphs import chat_graph
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("backend", params(["memory", "sqlite", "postgres", "redis"]))
 def test_every_checkpointer_takes_the_budget(backend: str, tmp_path: Path) -> None:
-    cp = make_saver(backend, tmp_path, append_log_bytes=3 * MiB)
+    cp_h = open_saver(backend, tmp_path, append_log_bytes=3 * MiB)
+    cp = cp_h.saver
     try:
         assert cp._log.max_bytes == 3 * MiB
     finally:
         cp.close()
-        cleanup(backend, cp)
+        cp_h.cleanup()
     assert InMemoryCheckpointer()._log.max_bytes == DEFAULT_MAX_BYTES == 64 * MiB
     assert connect("memory://", append_log_bytes=MiB)._log.max_bytes == MiB  # holds nothing
 

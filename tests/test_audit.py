@@ -24,44 +24,42 @@ from langgraph_ckpt_ext.timetravel.audit import (
     Auditor,
     AuditReport,
 )
+from tests.support.common import LoopThread, conf
+from tests.support.savers import PERSISTENT, SaverHandle, open_saver, params
 
-from .conftest import (
-    PERSISTENT,
-    LoopThread,
-    cleanup,
-    conf,
-    make_saver,
-    redis_client_for,
-    reopen_saver,
-)
 from .graphs import approval_graph, chat_graph, fan_graph, human, subgraph_graph
 from .schema_graphs import CHAIN, graph_v1, graph_v3, v1_message
 
 
-def reopen(backend: str, cp: StoreCheckpointer, tmp_path: Path, **kw: Any) -> StoreCheckpointer:
-    """A checkpointer that knows nothing of what `cp` wrote, over the same storage (for
-    in-process storage: `cp` itself with its caches dropped)."""
-    if backend not in PERSISTENT:
+def reopen(h: SaverHandle, **kw: Any) -> StoreCheckpointer:
+    """A checkpointer that knows nothing of what `h.saver` wrote, over the same storage (for
+    in-process storage: `h.saver` itself with its caches dropped)."""
+    cp = h.saver
+    if h.backend not in PERSISTENT:
         cp._auditor = Auditor(cp._store)
         if kw.get("audit", True):
             cp.enable_audit()
         cp._log.forget()
         cp.schema_chain = kw.get("schema_chain")
         return cp
-    return reopen_saver(backend, cp, tmp_path, **kw)
+    return h.reopen(**kw)
 
 
 @pytest.fixture
-def audited(backend: str, tmp_path: Path) -> Iterator[StoreCheckpointer]:
-    cp = make_saver(backend, tmp_path, audit=True)
-    yield cp
-    cp.close()
-    cleanup(backend, cp)
+def audited_handle(backend: str, tmp_path: Path) -> Iterator[SaverHandle]:
+    with open_saver(backend, tmp_path, audit=True) as h:
+        yield h
 
 
-def verify_fresh(backend: str, cp: StoreCheckpointer, tmp_path: Path, thread: str) -> AuditReport:
-    """Verify from storage alone, with a checkpointer that did not write the thread."""
-    fresh = reopen(backend, cp, tmp_path, audit=True, schema_chain=cp.schema_chain)
+@pytest.fixture
+def audited(audited_handle: SaverHandle) -> StoreCheckpointer:
+    return audited_handle.saver  # type: ignore[no-any-return]
+
+
+def verify_fresh(h: SaverHandle, cp: StoreCheckpointer, thread: str) -> AuditReport:
+    """Verify from storage alone (`h`'s, which `cp` writes), with a checkpointer that did not
+    write the thread."""
+    fresh = reopen(h, audit=True, schema_chain=cp.schema_chain)
     try:
         return fresh.verify(thread)
     finally:
@@ -100,14 +98,16 @@ def assert_clean(report: AuditReport, at_least: int = 1) -> None:
 # -- untouched threads verify clean -------------------------------------------------------------
 
 
-def test_real_graphs_verify_clean(audited: StoreCheckpointer, backend: str, tmp_path: Path) -> None:
+def test_real_graphs_verify_clean(
+    audited: StoreCheckpointer, audited_handle: SaverHandle, backend: str
+) -> None:
     counts = run_graphs(audited)
     for thread, n in counts.items():
         assert_clean(audited.verify(thread), n)
-        assert_clean(verify_fresh(backend, audited, tmp_path, thread), n)
+        assert_clean(verify_fresh(audited_handle, audited, thread), n)
     # subgraph checkpoints (their own namespace) are checked too
     namespaces = {t.config["configurable"]["checkpoint_ns"] for t in audited.list(conf("sub"))}
-    assert len(namespaces) == 2 and verify_fresh(backend, audited, tmp_path, "sub").checked == (
+    assert len(namespaces) == 2 and verify_fresh(audited_handle, audited, "sub").checked == (
         counts["sub"])
     tup = audited.get_tuple(conf("chat"))
     assert tup is not None
@@ -117,7 +117,7 @@ def test_real_graphs_verify_clean(audited: StoreCheckpointer, backend: str, tmp_
 
 
 def test_async_graphs_verify_clean(
-    audited: StoreCheckpointer, backend: str, tmp_path: Path, loop_thread: LoopThread
+    audited: StoreCheckpointer, audited_handle: SaverHandle, backend: str, loop_thread: LoopThread
 ) -> None:
     chat = chat_graph().compile(checkpointer=audited)
     fan = fan_graph().compile(checkpointer=audited)
@@ -129,13 +129,14 @@ def test_async_graphs_verify_clean(
         loop_thread.run(approval.ainvoke(Command(resume="yes"), conf("aok")))
     for thread in ("achat", "afan", "aok"):
         assert_clean(loop_thread.run(audited.averify(thread)))
-        assert_clean(verify_fresh(backend, audited, tmp_path, thread))
+        assert_clean(verify_fresh(audited_handle, audited, thread))
 
 
 def test_long_chat_with_small_caches_and_frequent_snapshots(backend: str, tmp_path: Path) -> None:
     """Append-deltas merged and snapshotted often, and caches too small to hold anything: every
     put reads what it hashes from storage, and still matches `verify`."""
-    cp = make_saver(backend, tmp_path, audit=True, snapshot_every=4)
+    h = open_saver(backend, tmp_path, audit=True, snapshot_every=4)
+    cp = h.saver
     try:
         cp._auditor = Auditor(cp._store, size=4)
         chat = chat_graph().compile(checkpointer=cp)
@@ -143,20 +144,21 @@ def test_long_chat_with_small_caches_and_frequent_snapshots(backend: str, tmp_pa
             chat.invoke({"messages": [human(f"turn {i}")]}, conf("long"))
         run_graphs(cp, "small-")
         assert len(chat.get_state(conf("long")).values["messages"]) == 24
-        assert_clean(verify_fresh(backend, cp, tmp_path, "long"), 36)
+        assert_clean(verify_fresh(h, cp, "long"), 36)
         for thread in ("small-chat", "small-approval", "small-fan", "small-sub"):
             assert_clean(cp.verify(thread))
     finally:
         cp.close()
-        cleanup(backend, cp)
+        h.cleanup()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("backend", params(["sqlite", "postgres", "redis"]))
 def test_two_checkpointers_taking_turns(backend: str, tmp_path: Path) -> None:
     """Two checkpointer objects on one storage write the same threads in turn (each resumes
     what the other paused): neither one's caches may make a wrong hash."""
-    a = make_saver(backend, tmp_path, audit=True)
-    b = reopen(backend, a, tmp_path, audit=True)
+    h = open_saver(backend, tmp_path, audit=True)
+    a = h.saver
+    b = reopen(h, audit=True)
     try:
         chats = [chat_graph().compile(checkpointer=cp) for cp in (a, b)]
         approvals = [approval_graph().compile(checkpointer=cp) for cp in (a, b)]
@@ -172,43 +174,45 @@ def test_two_checkpointers_taking_turns(backend: str, tmp_path: Path) -> None:
             subs[other].invoke(Command(resume=f"a{i}"), conf("sub"))
         assert chats[0].get_state(conf("chat")).values["turns"] == 6
         for thread in ("chat", "approval", "fan", "sub"):
-            assert_clean(verify_fresh(backend, a, tmp_path, thread), 6)
+            assert_clean(verify_fresh(h, a, thread), 6)
             assert_clean(a.verify(thread))
     finally:
         b.close()
         a.close()
-        cleanup(backend, a)
+        h.cleanup()
 
 
 def test_thread_written_under_a_schema_chain(backend: str, tmp_path: Path) -> None:
     """A v1 thread resumed by a v3 graph through the upcaster chain (values upgraded on read and
     stored by the next put) verifies clean: `verify` hashes what is stored, not upgraded; an
     eager migration then rewrites the checkpoints, which breaks the chain (documented)."""
-    v1 = make_saver(backend, tmp_path, audit=True)
+    h = open_saver(backend, tmp_path, audit=True)
+    v1 = h.saver
     g1 = graph_v1().compile(checkpointer=v1)
     g1.invoke({"messages": [v1_message("human", "hello")]}, conf("s"))
     g1.invoke({"messages": [v1_message("human", "ship it")]}, conf("s"))  # paused at ask
     if backend in PERSISTENT:
         v1.close()
-    v3 = reopen(backend, v1, tmp_path, audit=True, schema_chain=CHAIN)
+    v3 = reopen(h, audit=True, schema_chain=CHAIN)
     try:
         g3 = graph_v3().compile(checkpointer=v3)
         g3.invoke(Command(resume="yes"), conf("s"))
         g3.invoke({"messages": [human("more")]}, conf("s"))
         assert g3.get_state(conf("s")).values["priority"] == "normal"
         assert_clean(v3.verify("s"), 6)
-        assert_clean(verify_fresh(backend, v3, tmp_path, "s"), 6)
+        assert_clean(verify_fresh(h, v3, "s"), 6)
         report = v3.migrate_threads(["s"])
         assert report.checkpoints_migrated > 0
-        broken = verify_fresh(backend, v3, tmp_path, "s")
+        broken = verify_fresh(h, v3, "s")
         assert not broken.ok and broken.first is not None and broken.first.kind == ALTERED
     finally:
         v3.close()
-        cleanup(backend, v3)
+        h.cleanup()
 
 
 def test_audit_off_is_reported_unhashed(backend: str, tmp_path: Path) -> None:
-    cp = make_saver(backend, tmp_path)
+    h = open_saver(backend, tmp_path)
+    cp = h.saver
     try:
         chat = chat_graph().compile(checkpointer=cp)
         for i in range(2):
@@ -220,7 +224,7 @@ def test_audit_off_is_reported_unhashed(backend: str, tmp_path: Path) -> None:
         assert report.first is not None and report.first.checkpoint_id == ids[0]
         assert "audit off" in report.first.detail and "unhashed" in str(report)
         # turning audit on later: the old checkpoints stay unhashed, the new ones chain on
-        on = reopen(backend, cp, tmp_path, audit=True)
+        on = reopen(h, audit=True)
         chat = chat_graph().compile(checkpointer=on)
         chat.invoke({"messages": [human("audited now")]}, conf("plain"))
         later = on.verify("plain")
@@ -229,7 +233,7 @@ def test_audit_off_is_reported_unhashed(backend: str, tmp_path: Path) -> None:
             on.close()
     finally:
         cp.close()
-        cleanup(backend, cp)
+        h.cleanup()
 
 
 # -- auditing is a property of the store --------------------------------------------------------
@@ -239,69 +243,72 @@ def _chat_turn(cp: StoreCheckpointer, thread: str, text: str) -> None:
     chat_graph().compile(checkpointer=cp).invoke({"messages": [human(text)]}, conf(thread))
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis", "redis-cluster"])
+@pytest.mark.parametrize("backend", params(["sqlite", "postgres", "redis", "redis-cluster"]))
 def test_audit_is_a_property_of_the_store(backend: str, tmp_path: Path) -> None:
     """audit=True on one checkpointer turns auditing on for the store: one opened after it
     without the flag, and one opened before it (which reads the setting again before a write,
     `audit_refresh` 0 here), seal what they write; verify passes."""
-    early = make_saver(backend, tmp_path)  # opened while the store was not audited
+    h = open_saver(backend, tmp_path)  # opened while the store was not audited
+    early = h.saver
     early.audit_refresh = 0
-    on = reopen(backend, early, tmp_path, audit=True)
-    plain = reopen(backend, early, tmp_path)
+    on = reopen(h, audit=True)
+    plain = reopen(h)
     try:
         for i, cp in enumerate((plain, early, on, plain, early)):
             _chat_turn(cp, "shared", f"turn {i}")
         run_graphs(plain, "p-")
         for thread in ("shared", "p-chat", "p-approval", "p-fan", "p-sub"):
-            assert_clean(verify_fresh(backend, early, tmp_path, thread), 3)
+            assert_clean(verify_fresh(h, early, thread), 3)
         status = plain.audit_status()
         assert status.enabled and [s.enabled for s in status.log] == [True]
         assert "audit=True" in status.log[0].reason and status.turned_off == []
     finally:
         for cp in (plain, on, early):
             cp.close()
-        cleanup(backend, early)
+        h.cleanup()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("backend", params(["sqlite", "postgres", "redis"]))
 def test_audit_false_does_not_turn_it_off(backend: str, tmp_path: Path) -> None:
     """A checkpointer opened with audit=False on an audited store still seals: only
     `disable_audit` turns auditing off."""
-    on = make_saver(backend, tmp_path, audit=True)
-    off = reopen(backend, on, tmp_path, audit=False)
+    h = open_saver(backend, tmp_path, audit=True)
+    on = h.saver
+    off = reopen(h, audit=False)
     try:
         for i in range(2):
             _chat_turn(off, "t", f"hi {i}")
-        assert_clean(verify_fresh(backend, on, tmp_path, "t"), 6)
+        assert_clean(verify_fresh(h, on, "t"), 6)
         off.copy_thread("t", "t-copy")  # a copy by it is sealed again too
-        assert_clean(verify_fresh(backend, on, tmp_path, "t-copy"), 6)
+        assert_clean(verify_fresh(h, on, "t-copy"), 6)
         status = off.audit_status()
         assert status.enabled and len(status.log) == 1
     finally:
         off.close()
         on.close()
-        cleanup(backend, on)
+        h.cleanup()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("backend", params(["sqlite", "postgres", "redis"]))
 def test_smart_checkpointer_over_an_audited_store(backend: str, tmp_path: Path) -> None:
     """A SmartCheckpointer whose inner checkpointer was opened without audit=True, on an
     audited store: its flushed batches are sealed, and verify passes."""
     from langgraph_ckpt_ext import SmartCheckpointer
 
-    on = make_saver(backend, tmp_path, audit=True)
-    inner = reopen(backend, on, tmp_path)
+    h = open_saver(backend, tmp_path, audit=True)
+    on = h.saver
+    inner = reopen(h)
     try:
         with SmartCheckpointer(inner) as smart:
             for i in range(3):
                 _chat_turn(smart, "smart", f"hi {i}")  # type: ignore[arg-type]
             run_graphs(smart, "s-")  # type: ignore[arg-type]
         for thread in ("smart", "s-chat", "s-approval", "s-fan", "s-sub"):
-            assert_clean(verify_fresh(backend, on, tmp_path, thread))
+            assert_clean(verify_fresh(h, on, thread))
     finally:
         inner.close()
         on.close()
-        cleanup(backend, on)
+        h.cleanup()
 
 
 def test_turning_audit_off_is_explicit_logged_and_recorded(
@@ -310,7 +317,8 @@ def test_turning_audit_off_is_explicit_logged_and_recorded(
     """`disable_audit` needs a reason, logs a warning and records when and why in the store;
     checkpoints stored while off are reported unhashed with that reason, those before and
     after (once turned on again) verify."""
-    cp = make_saver(backend, tmp_path, audit=True)
+    h = open_saver(backend, tmp_path, audit=True)
+    cp = h.saver
     try:
         _chat_turn(cp, "t", "sealed")
         sealed = {t.checkpoint["id"] for t in cp.list(conf("t"))}
@@ -328,7 +336,7 @@ def test_turning_audit_off_is_explicit_logged_and_recorded(
         assert len(cp.disable_audit(reason="again").log) == 2  # off already: nothing new
         _chat_turn(cp, "t", "unsealed")
         unsealed = {t.checkpoint["id"] for t in cp.list(conf("t"))} - sealed
-        fresh = reopen(backend, cp, tmp_path, audit=False)  # stays off
+        fresh = reopen(h, audit=False)  # stays off
         try:
             report = fresh.verify("t")
             assert not fresh.audit_status().enabled
@@ -341,12 +349,12 @@ def test_turning_audit_off_is_explicit_logged_and_recorded(
         assert "ticket 42" in report.first.detail and "turned off at" in str(report)
         assert cp.enable_audit(reason="load done").enabled
         _chat_turn(cp, "t", "sealed again")
-        again = verify_fresh(backend, cp, tmp_path, "t")
+        again = verify_fresh(h, cp, "t")
         assert {p.checkpoint_id for p in again.problems} == unsealed
         assert [s.reason for s in again.switches][1:] == ["bulk load, ticket 42", "load done"]
     finally:
         cp.close()
-        cleanup(backend, cp)
+        h.cleanup()
 
 
 def test_unknown_thread_is_a_clear_error(audited: StoreCheckpointer) -> None:
@@ -361,8 +369,8 @@ def test_unknown_thread_is_a_clear_error(audited: StoreCheckpointer) -> None:
 class Raw:
     """A backend's stored rows, reached around the checkpointer, to tamper with them."""
 
-    def __init__(self, backend: str, cp: StoreCheckpointer) -> None:
-        self.backend, self.cp = backend, cp
+    def __init__(self, h: SaverHandle) -> None:
+        self.h, self.backend, self.cp = h, h.backend, h.saver
         self.client: Any = None
 
     def close(self) -> None:
@@ -378,9 +386,9 @@ class Raw:
     def _redis(self, thread: str) -> tuple[Any, dict[str, str]]:
         from langgraph_ckpt_ext.backends.redis.layout import THREAD_KEYS, thread_keys
 
-        keys = thread_keys(self.cp.test_prefix, thread)  # type: ignore[attr-defined]
+        keys = thread_keys(self.h.prefix, thread)
         if self.client is None:
-            self.client = redis_client_for(self.cp)
+            self.client = self.h.redis_client()
         return self.client, dict(zip(THREAD_KEYS, keys, strict=True))
 
     def blob(self, thread: str, channel: str, version: str) -> tuple[str, bytes, str | None]:
@@ -499,7 +507,9 @@ class Raw:
             client.hset(keys["cp"], mapping={fa: vb, fb: va})
 
 
-def test_delta_channels_prune_and_copy(audited: StoreCheckpointer, backend: str, tmp_path: Path) -> None:
+def test_delta_channels_prune_and_copy(
+    audited: StoreCheckpointer, audited_handle: SaverHandle, backend: str
+) -> None:
     """LangGraph's DeltaChannel (values left out of most puts, rebuilt from writes) verifies
     clean; a copy in an audited store is sealed again under its own thread id; pruning breaks
     the chain where documented."""
@@ -508,20 +518,22 @@ def test_delta_channels_prune_and_copy(audited: StoreCheckpointer, backend: str,
     graph = _delta_graph().compile(checkpointer=audited)
     for _ in range(9):
         graph.invoke({"events": ["in"]}, conf("dc"))
-    assert_clean(verify_fresh(backend, audited, tmp_path, "dc"), 27)
+    assert_clean(verify_fresh(audited_handle, audited, "dc"), 27)
     audited.copy_thread("dc", "dc-copy")
-    assert_clean(verify_fresh(backend, audited, tmp_path, "dc-copy"), 27)
+    assert_clean(verify_fresh(audited_handle, audited, "dc-copy"), 27)
     graph.invoke({"events": ["more"]}, conf("dc-copy"))  # the copy's chain goes on
-    assert_clean(verify_fresh(backend, audited, tmp_path, "dc-copy"), 30)
+    assert_clean(verify_fresh(audited_handle, audited, "dc-copy"), 30)
     audited.prune(["dc"], strategy="keep_latest")
     kept = sorted(t.checkpoint["id"] for t in audited.list(conf("dc")))
-    pruned = verify_fresh(backend, audited, tmp_path, "dc")
+    pruned = verify_fresh(audited_handle, audited, "dc")
     assert pruned.first is not None and pruned.checked == len(kept)
     assert (pruned.first.kind, pruned.first.checkpoint_id) == (MISSING_PARENT, kept[0])
     assert len(pruned.problems) == 1
 
 
-def test_fork_of_an_audited_thread(audited: StoreCheckpointer, backend: str, tmp_path: Path) -> None:
+def test_fork_of_an_audited_thread(
+    audited: StoreCheckpointer, audited_handle: SaverHandle, backend: str
+) -> None:
     """A fork copies a chain through `put` (the source's audit records are not carried over):
     it verifies clean, also when made by a checkpointer opened with audit=False (the store is
     audited: that flag turns nothing off)."""
@@ -533,8 +545,8 @@ def test_fork_of_an_audited_thread(audited: StoreCheckpointer, backend: str, tmp
     middle = sorted(t.checkpoint["id"] for t in audited.list(conf("src")))[4]
     fork(audited, conf("src", middle), "forked")
     chat.invoke({"messages": [human("on the fork")]}, conf("forked"))
-    assert_clean(verify_fresh(backend, audited, tmp_path, "forked"), 5)
-    plain = reopen(backend, audited, tmp_path, audit=False)
+    assert_clean(verify_fresh(audited_handle, audited, "forked"), 5)
+    plain = reopen(audited_handle, audit=False)
     try:
         fork(plain, conf("src", middle), "forked-plain")
         assert_clean(plain.verify("forked-plain"), 5)
@@ -545,7 +557,7 @@ def test_fork_of_an_audited_thread(audited: StoreCheckpointer, backend: str, tmp
 
 
 def test_answering_an_old_interrupt_again(
-    audited: StoreCheckpointer, backend: str, tmp_path: Path
+    audited: StoreCheckpointer, audited_handle: SaverHandle, backend: str
 ) -> None:
     """Resuming an old interrupt again replaces its special writes (not covered): the first
     answer's checkpoints still verify."""
@@ -555,11 +567,11 @@ def test_answering_an_old_interrupt_again(
     assert paused is not None
     graph.invoke(Command(resume="yes"), conf("again"))
     graph.invoke(Command(resume="no"), conf("again", paused.checkpoint["id"]))
-    assert_clean(verify_fresh(backend, audited, tmp_path, "again"), 6)
+    assert_clean(verify_fresh(audited_handle, audited, "again"), 6)
 
 
 @pytest.fixture
-def chat_thread(audited: StoreCheckpointer, backend: str, tmp_path: Path) -> Iterator[Any]:
+def chat_thread(audited: StoreCheckpointer, audited_handle: SaverHandle, backend: str) -> Iterator[Any]:
     """An audited chat thread of five turns (15 checkpoints, one namespace, oldest first), its
     checkpoints' channel versions, and raw access to its storage."""
     chat = chat_graph().compile(checkpointer=audited)
@@ -571,17 +583,16 @@ def chat_thread(audited: StoreCheckpointer, backend: str, tmp_path: Path) -> Ite
         {ch: version_key(v) for ch, v in t.checkpoint["channel_versions"].items()} for t in tuples
     ]
     assert [t.parent_config["configurable"]["checkpoint_id"] for t in tuples[1:]] == ids[:-1]  # type: ignore[index]
-    assert_clean(verify_fresh(backend, audited, tmp_path, "t"), len(ids))
-    raw = Raw(backend, audited)
+    assert_clean(verify_fresh(audited_handle, audited, "t"), len(ids))
+    raw = Raw(audited_handle)
     yield ids, versions, raw
     raw.close()
 
 
-def check_first(
-    backend: str, cp: StoreCheckpointer, tmp_path: Path, checkpoint_id: str, kind: str
-) -> AuditReport:
+def check_first(h: SaverHandle, checkpoint_id: str, kind: str) -> AuditReport:
     """Both a fresh checkpointer and the writer find the problem at `checkpoint_id` first."""
-    for report in (verify_fresh(backend, cp, tmp_path, "t"), cp.verify("t")):
+    cp = h.saver
+    for report in (verify_fresh(h, cp, "t"), cp.verify("t")):
         assert not report.ok
         first = report.first
         assert first is not None, str(report)
@@ -592,7 +603,7 @@ def check_first(
 
 @pytest.mark.parametrize("channel", ["turns", "messages"])
 def test_altered_value_is_reported_at_its_first_reader(
-    chat_thread: Any, audited: StoreCheckpointer, backend: str, tmp_path: Path, channel: str
+    chat_thread: Any, audited: StoreCheckpointer, audited_handle: SaverHandle, backend: str, channel: str
 ) -> None:
     ids, versions, raw = chat_thread
     # a value stored in the middle of the thread: re-encoded, so that it still decodes (the
@@ -607,28 +618,28 @@ def test_altered_value_is_reported_at_its_first_reader(
         forged = [*value[:-1], value[-1].model_copy(update={"content": "forged"})]
     raw.set_blob("t", channel, version, audited.serde.dumps_typed(forged))
     first_reader = next(j for j, v in enumerate(versions) if v.get(channel) == version)
-    report = check_first(backend, audited, tmp_path, ids[first_reader], ALTERED)
+    report = check_first(audited_handle, ids[first_reader], ALTERED)
     assert "does not match its hash" in report.problems[0].detail
     # the checkpoints before it are untouched
     assert all(p.checkpoint_id >= ids[first_reader] for p in report.problems)
 
 
 def test_deleted_checkpoint_is_reported_at_its_child(
-    chat_thread: Any, audited: StoreCheckpointer, backend: str, tmp_path: Path
+    chat_thread: Any, audited: StoreCheckpointer, audited_handle: SaverHandle, backend: str
 ) -> None:
     ids, _, raw = chat_thread
     raw.delete_checkpoint("t", ids[6])
-    report = check_first(backend, audited, tmp_path, ids[7], MISSING_PARENT)
+    report = check_first(audited_handle, ids[7], MISSING_PARENT)
     assert ids[6] in report.problems[0].detail and "deleted" in report.problems[0].detail
     assert report.checked == len(ids) - 1
 
 
 def test_swapped_checkpoints_are_reported_at_the_older(
-    chat_thread: Any, audited: StoreCheckpointer, backend: str, tmp_path: Path
+    chat_thread: Any, audited: StoreCheckpointer, audited_handle: SaverHandle, backend: str
 ) -> None:
     ids, _, raw = chat_thread
     raw.swap("t", ids[3], ids[9])
-    report = check_first(backend, audited, tmp_path, ids[3], ALTERED)
+    report = check_first(audited_handle, ids[3], ALTERED)
     flagged = {p.checkpoint_id for p in report.problems}
     assert ids[9] in flagged  # the newer one does not match either
     assert ids[4] in flagged or ids[10] in flagged  # and a child no longer links up
@@ -636,7 +647,7 @@ def test_swapped_checkpoints_are_reported_at_the_older(
 
 
 def test_deleted_pending_write_is_reported_at_the_child(
-    chat_thread: Any, audited: StoreCheckpointer, backend: str, tmp_path: Path
+    chat_thread: Any, audited: StoreCheckpointer, audited_handle: SaverHandle, backend: str
 ) -> None:
     ids, _, raw = chat_thread
     parent = audited.get_tuple(conf("t", ids[7]))
@@ -646,5 +657,5 @@ def test_deleted_pending_write_is_reported_at_the_child(
         parent.pending_writes)
     task_id = parent.pending_writes[0][0]
     raw.delete_write("t", ids[7], task_id, 0)
-    report = check_first(backend, audited, tmp_path, ids[8], ALTERED)
+    report = check_first(audited_handle, ids[8], ALTERED)
     assert "1 pending write(s) of its parent that it covers are gone" in report.problems[0].detail

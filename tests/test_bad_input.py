@@ -13,8 +13,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_ckpt_ext import InvalidConfigError, InvalidFilterError, SerializationError
 from langgraph_ckpt_ext.core.rows import BlobRow
+from tests.support.savers import SaverHandle
 
-from .conftest import redis_client_for
 from .graphs import chat_graph, human
 
 
@@ -100,7 +100,7 @@ class Boom:
 
 
 def test_blob_naming_class_outside_allowlist_is_refused(
-    saver: Any, caplog: pytest.LogCaptureFixture
+    saver: Any, saver_handle: SaverHandle, caplog: pytest.LogCaptureFixture
 ) -> None:
     graph = chat_graph().compile(checkpointer=saver)
     graph.invoke({"messages": [human("hi")]}, _cfg("evil"))
@@ -116,7 +116,7 @@ def test_blob_naming_class_outside_allowlist_is_refused(
     if store_write is not None:  # in-memory
         store.blobs[("evil", "")][("messages", row.version)] = row
     elif hasattr(store, "prefix"):  # Redis: overwrite the blob's hash field
-        client = redis_client_for(saver)
+        client = saver_handle.redis_client()
         try:
             field = "\0".join(("", "messages", row.version))
             client.hset(store.keys("evil")[3], field, b"\0" + row.type.encode() + b"\0" + row.data)

@@ -29,8 +29,9 @@ from langgraph_ckpt_ext.cli.output import Output, cell
 from langgraph_ckpt_ext.cli.selection import checkpoint_ref
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.migrations import SchemaChain
+from tests.support.common import conf
+from tests.support.savers import PG_DSN, REDIS_URL, SaverHandle, open_saver, params
 
-from .conftest import PG_DSN, REDIS_URL, cleanup, conf, make_saver, reopen_saver
 from .graphs import approval_graph, chat_graph, human, subgraph_graph
 from .schema_graphs import graph_v1, v1_message
 
@@ -110,12 +111,12 @@ def write_threads(cp: StoreCheckpointer) -> None:
 class Store:
     backend: str
     url: str
-    writer: StoreCheckpointer  # closed: what `open` reopens
+    handle: SaverHandle  # its saver closed: `open` reopens the storage
     tmp_path: Path
 
     def open(self, **options: Any) -> StoreCheckpointer:
         """A fresh checkpointer over the store (no cache of what was written)."""
-        return reopen_saver(self.backend, self.writer, self.tmp_path, **options)
+        return self.handle.reopen(**options)
 
     def snapshot(self) -> dict[str, Any]:
         """Every thread's checkpoint ids and stored sizes: what a command must not change."""
@@ -124,21 +125,13 @@ class Store:
                         cp.sizes(t)) for t in cp.thread_ids()}
 
 
-def url_of(backend: str, cp: StoreCheckpointer, tmp_path: Path) -> str:
-    if backend == "sqlite":
-        return f"sqlite:///{tmp_path / 'ckpt.db'}"
-    if backend == "postgres":
-        return f"{PG_DSN}?schema={cp.test_schema}"  # type: ignore[attr-defined]
-    return f"{REDIS_URL}?key_prefix={cp.test_prefix}"  # type: ignore[attr-defined]
-
-
 def new_store(backend: str, tmp_path: Path, **options: Any) -> Store:
-    cp = make_saver(backend, tmp_path, **options)
-    cp.close()
-    return Store(backend, url_of(backend, cp, tmp_path), cp, tmp_path)
+    h = open_saver(backend, tmp_path, **options)
+    h.saver.close()
+    return Store(backend, h.store_url(), h, tmp_path)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=params(BACKENDS))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     s = new_store(str(request.param), tmp_path)
     try:
@@ -146,7 +139,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
             write_threads(cp)
         yield s
     finally:
-        cleanup(s.backend, s.writer)
+        s.handle.cleanup()
 
 
 @pytest.fixture
@@ -321,13 +314,13 @@ def test_fork_and_prune(store: Store) -> None:
         assert "sub" not in cp.thread_ids() and cp.sizes("sub") == []
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", params(BACKENDS))
 def test_migrate(backend: str, tmp_path: Path) -> None:
     s = new_store(backend, tmp_path)
     try:
         _migrate(s)
     finally:
-        cleanup(s.backend, s.writer)
+        s.handle.cleanup()
 
 
 def _migrate(s: Store) -> None:
@@ -392,7 +385,7 @@ def tamper(s: Store, thread: str, channel: str, data: bytes) -> None:
     elif s.backend == "postgres":
         import psycopg
 
-        table = f'"{s.writer.test_schema}".lgx_blobs'  # type: ignore[attr-defined]
+        table = f'"{s.handle.schema}".lgx_blobs'
         with psycopg.connect(PG_DSN, autocommit=True) as conn:
             changed = conn.execute(
                 f"UPDATE {table} SET data = %s WHERE thread_id = %s AND channel = %s AND "
@@ -403,7 +396,7 @@ def tamper(s: Store, thread: str, channel: str, data: bytes) -> None:
     else:  # <prefix>:{<thread>}:bl, a hash: ns\0channel\0version -> base\0type\0data
         import redis
 
-        key = f"{s.writer.test_prefix}:{{{thread}}}:bl"  # type: ignore[attr-defined]
+        key = f"{s.handle.prefix}:{{{thread}}}:bl"
         client = redis.Redis.from_url(REDIS_URL)
         try:
             fields = [f for f in client.hkeys(key)
@@ -415,13 +408,13 @@ def tamper(s: Store, thread: str, channel: str, data: bytes) -> None:
             client.close()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", params(BACKENDS))
 def test_verify_finds_a_tampered_store(backend: str, tmp_path: Path) -> None:
     s = new_store(backend, tmp_path, audit=True)
     try:
         _verify_tampered(s)
     finally:
-        cleanup(s.backend, s.writer)
+        s.handle.cleanup()
 
 
 def _verify_tampered(s: Store) -> None:
@@ -442,7 +435,7 @@ def _verify_tampered(s: Store) -> None:
     assert fails(Run(6, "", run.err), 6, "verification failed for 1 of 2", "'chat'")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", params(BACKENDS))
 def test_fork_into_an_audited_store_verifies(backend: str, tmp_path: Path) -> None:
     """`lgckpt fork` into an audited store seals the fork, so `verify --all` passes; `lgckpt
     audit status|on|off`: off needs --reason, warns, is recorded and reported by verify."""
@@ -471,7 +464,7 @@ def test_fork_into_an_audited_store_verifies(backend: str, tmp_path: Path) -> No
         assert lgckpt("fork", "chat", "--to", "chat-again", url=s.url).code == 0
         assert lgckpt("verify", "chat-fork", "chat-again", url=s.url).code == 0
     finally:
-        cleanup(s.backend, s.writer)
+        s.handle.cleanup()
 
 
 # -- bad input -------------------------------------------------------------------------------------
@@ -483,6 +476,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.postgres
 def test_bad_urls(tmp_path: Path) -> None:
     fails(lgckpt("threads", url="mysql://u@db/x"), 5, "unsupported URL scheme 'mysql'",
           "sqlite:///")

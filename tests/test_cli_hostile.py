@@ -24,9 +24,10 @@ from langgraph_ckpt_ext.cli import main
 from langgraph_ckpt_ext.cli.output import Output, printable
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.transfer import open_jsonl
+from tests.support.common import conf
+from tests.support.savers import PG_DSN, REDIS_URL, params
 
 from .cli_serde import XorSerde
-from .conftest import PG_DSN, REDIS_URL, cleanup, conf
 from .graphs import chat_graph, human
 from .test_cli import BACKENDS, Store, free_port, lgckpt, new_store
 
@@ -62,7 +63,7 @@ def corrupt(s: Store, thread: str) -> None:
         async def update() -> str:
             conn = await asyncpg.connect(PG_DSN)
             try:
-                schema = s.writer.test_schema  # type: ignore[attr-defined]
+                schema = s.handle.schema
                 return str(await conn.execute(
                     f'UPDATE "{schema}".lgx_blobs SET data = $1 WHERE thread_id = $2 AND '
                     "channel = 'turns'", junk, thread))
@@ -74,7 +75,7 @@ def corrupt(s: Store, thread: str) -> None:
         import redis
 
         client = redis.Redis.from_url(REDIS_URL)
-        key = f"{s.writer.test_prefix}:{{{thread}}}:bl"  # type: ignore[attr-defined]
+        key = f"{s.handle.prefix}:{{{thread}}}:bl"
         try:
             fields = [f for f in client.hkeys(key) if f.split(b"\0")[1] == b"turns"]
             for f in fields:
@@ -86,7 +87,7 @@ def corrupt(s: Store, thread: str) -> None:
     assert n == 1
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=params(BACKENDS))
 def damaged(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     """Threads a, b, c; b's newest checkpoint cannot be decoded."""
     s = new_store(str(request.param), tmp_path)
@@ -96,7 +97,7 @@ def damaged(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         corrupt(s, "b")
         yield s
     finally:
-        cleanup(s.backend, s.writer)
+        s.handle.cleanup()
 
 
 def _reported(err: str, thread: str) -> None:
@@ -261,7 +262,7 @@ def test_passwords_never_printed(password: str, capsys: pytest.CaptureFixture[st
     assert "***" in _run(capsys, "threads", "--url", urls[0])[2]
 
 
-@pytest.mark.parametrize("backend", ["postgres", "redis"])
+@pytest.mark.parametrize("backend", params(["postgres", "redis"]))
 def test_passwords_hidden_when_it_works(backend: str, capsys: pytest.CaptureFixture[str],
                                         tmp_path: Path) -> None:
     """A reachable server (PostgreSQL trusts any password here; Redis has none to check):
@@ -280,7 +281,7 @@ def test_passwords_hidden_when_it_works(backend: str, capsys: pytest.CaptureFixt
             assert code == 3, err2
             _hidden(password, out, err, out2, err2)
     finally:
-        cleanup(s.backend, s.writer)
+        s.handle.cleanup()
 
 
 # -- item 5: terminal control characters in thread ids --------------------------------------------

@@ -19,15 +19,16 @@ import pytest
 
 from langgraph_ckpt_ext import SQLiteCheckpointer, connect
 from langgraph_ckpt_ext.transfer import diff_thread, thread_ids, thread_tuples
-
-from .conftest import (
+from tests.support.savers import (
     PG_DSN,
     REDIS_URL,
     drop_pg_schemas,
     drop_redis_prefixes,
+    params,
     pg_schema,
     redis_prefix,
 )
+
 from .graphs import chat_graph, human
 from .transfer_graphs import official_sqlite
 from .transfer_graphs import write_threads as write_official_threads
@@ -92,7 +93,7 @@ def _equal(source_url: str, target_url: str) -> int:
 
 
 @pytest.fixture
-def stores(tmp_path: Path) -> Iterator[dict[str, str]]:
+def move_urls(tmp_path: Path) -> Iterator[dict[str, str]]:
     """URLs: `src` (our SQLite, with threads), `pg` and `redis` (fresh, empty)."""
     src = tmp_path / "src.db"
     cp = SQLiteCheckpointer(src)
@@ -108,8 +109,10 @@ def stores(tmp_path: Path) -> Iterator[dict[str, str]]:
 # -- what works -------------------------------------------------------------------------------
 
 
-def test_copy_export_import(stores: dict[str, str], tmp_path: Path) -> None:
-    src, pg, redis = stores["src"], stores["pg"], stores["redis"]
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_copy_export_import(move_urls: dict[str, str], tmp_path: Path) -> None:
+    src, pg, redis = move_urls["src"], move_urls["pg"], move_urls["redis"]
     run = lgckpt("copy", "--url", src, "--to", pg)
     assert run.code == 0 and "4 threads copied" in run.out and "threads/s" in run.out, run
     assert _equal(src, pg) == 4
@@ -154,7 +157,7 @@ def _fresh(backend: str, tmp_path: Path, name: str) -> tuple[str, Callable[[], N
     return f"{REDIS_URL}?key_prefix={prefix}", lambda: drop_redis_prefixes(prefix)
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("backend", params(["sqlite", "postgres", "redis"]))
 def test_move_commands_on_each_backend(backend: str, tmp_path: Path) -> None:
     """`import --from-official`, `copy`, `export` and `import --jsonl`, each reading from and
     writing to stores of one backend: an official SqliteSaver database -> A -> B -> a file ->
@@ -196,7 +199,7 @@ def test_move_commands_on_each_backend(backend: str, tmp_path: Path) -> None:
             d()
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("backend", params(["sqlite", "postgres", "redis"]))
 def test_copy_and_import_into_audited_stores_verify(backend: str, tmp_path: Path) -> None:
     """`import --from-official`, `copy` and `import --jsonl` into stores audited by a
     checkpointer opened once with audit=True: the commands' own checkpointers (opened without
@@ -235,19 +238,19 @@ def _conflict(url: str) -> None:
         saver.close()
 
 
-def test_copy_bad_input(stores: dict[str, str]) -> None:
-    src, pg = stores["src"], stores["pg"]
-    new = f"sqlite:///{stores['dir']}/new.db"
+def test_copy_bad_input(move_urls: dict[str, str]) -> None:
+    src, pg = move_urls["src"], move_urls["pg"]
+    new = f"sqlite:///{move_urls['dir']}/new.db"
     before = _state(src)
     cases: list[tuple[list[str], int, tuple[str, ...]]] = [
         (["--url", "mysql://h/db", "--to", pg], 5, ("unsupported URL scheme 'mysql'",)),
         (["--url", src, "--to", "postgresql://postgres@127.0.0.1:1/test"], 5, ("cannot reach",)),
-        (["--url", f"sqlite:///{stores['dir']}/none.db", "--to", new], 5, ("no such file",)),
+        (["--url", f"sqlite:///{move_urls['dir']}/none.db", "--to", new], 5, ("no such file",)),
         (["--url", src, "--to", new, "chat", "nope"], 3, ("'nope' is not in",)),
     ]
     for args, code, needles in cases:
         _one_line_error(lgckpt("copy", *args), code, *needles)
-    assert not os.path.exists(f"{stores['dir']}/none.db")
+    assert not os.path.exists(f"{move_urls['dir']}/none.db")
     assert _state(new) is None and _state(pg) is None  # nothing created at the target
     for args in (["--to", pg, "--concurrency", "0"], []):
         assert lgckpt("copy", "--url", src, *args).code == 2
@@ -262,17 +265,19 @@ def test_copy_bad_input(stores: dict[str, str]) -> None:
     assert _equal(src, pg) == 4
 
 
-def test_import_bad_input(stores: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_import_bad_input(move_urls: dict[str, str], tmp_path: Path) -> None:
     target = f"sqlite:///{tmp_path / 'target.db'}"
     none = f"sqlite:///{tmp_path / 'none.db'}"
     good = tmp_path / "good.jsonl"
-    assert lgckpt("export", "--url", stores["src"], "-o", str(good)).code == 0
+    assert lgckpt("export", "--url", move_urls["src"], "-o", str(good)).code == 0
     lines = good.read_text().splitlines()
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join([*lines[:2], lines[2][:40], *lines[3:]]) + "\n")
     cases: list[tuple[list[str], int, tuple[str, ...]]] = [
         (["--from-official", none], 5, ("no SQLite database",)),
-        (["--from-official", stores["src"]], 5, ("not written by LangGraph's SqliteSaver",)),
+        (["--from-official", move_urls["src"]], 5, ("not written by LangGraph's SqliteSaver",)),
         (["--from-official", "postgresql://postgres@127.0.0.1:1/test"], 5, ("cannot connect",)),
         (["--from-official", "mysql://h/db"], 5, ("unsupported URL",)),
         (["--jsonl", str(tmp_path / "none.jsonl")], 5, ("no such file",)),
@@ -286,22 +291,22 @@ def test_import_bad_input(stores: dict[str, str], tmp_path: Path) -> None:
     assert lgckpt("import", "--jsonl", str(good), "--from-official", none, "--url",
                   target).code == 2
 
-    _conflict(stores["redis"])
-    held = _state(stores["redis"])
-    run = lgckpt("import", "--jsonl", str(good), "--url", stores["redis"])
+    _conflict(move_urls["redis"])
+    held = _state(move_urls["redis"])
+    run = lgckpt("import", "--jsonl", str(good), "--url", move_urls["redis"])
     _one_line_error(run, 4, "'chat'", "--overwrite")
-    assert _state(stores["redis"]) == held
+    assert _state(move_urls["redis"]) == held
 
 
-def test_export_bad_input(stores: dict[str, str], tmp_path: Path) -> None:
+def test_export_bad_input(move_urls: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
-    run = lgckpt("export", "--url", stores["src"], "nope", "-o", str(out))
+    run = lgckpt("export", "--url", move_urls["src"], "nope", "-o", str(out))
     _one_line_error(run, 3, "'nope' is not in")
     assert not out.exists()
     run = lgckpt("export", "--url", f"sqlite:///{tmp_path / 'none.db'}", "-o", str(out))
     _one_line_error(run, 5, "no such file")
     assert not (tmp_path / "none.db").exists() and not out.exists()
-    run = lgckpt("export", "--url", stores["src"], "-o", str(tmp_path / "no" / "dir.jsonl"))
+    run = lgckpt("export", "--url", move_urls["src"], "-o", str(tmp_path / "no" / "dir.jsonl"))
     _one_line_error(run, 1, "cannot write")
 
 
@@ -382,6 +387,8 @@ def _many_threads(path: Path) -> str:
     return f"sqlite:///{path}"
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_copy_killed_halfway_resumes(tmp_path: Path) -> None:
     """SQLite -> PostgreSQL, then PostgreSQL -> Redis: each copy is killed once the target
     holds 40% of the threads and run again; it finishes with every thread there once, equal

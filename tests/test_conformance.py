@@ -2,130 +2,79 @@
 
 from __future__ import annotations
 
-import asyncio
+import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-import redis.asyncio as aredis
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import Capability
 
-from langgraph_ckpt_ext import (
-    InMemoryCheckpointer,
-    Periodic,
-    PostgresCheckpointer,
-    RedisCheckpointer,
-    ReplicatedCheckpointer,
-    SmartCheckpointer,
-    SQLiteCheckpointer,
-)
+from langgraph_ckpt_ext import Periodic
+from tests.support.savers import asaver, param, params
 
-from .conftest import (
-    PG_DSN,
-    REDIS_URL,
-    drop_pg_schemas,
-    drop_redis_prefixes,
-    pg_schema,
-    redis_cluster_url,
-    redis_prefix,
-)
+# kind -> the backend, how its saver is made and its options (see `asaver`)
+BACKEND_KINDS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "memory": ("memory", "from_conn_string", {}),
+    "sqlite": ("sqlite", "from_conn_string", {}),
+    "sqlite-memory": ("sqlite-memory", "from_conn_string", {}),
+    # the plain constructor, then used from this test's event loop
+    "sqlite-sync-ctor": ("sqlite", "init", {}),
+    "postgres": ("postgres", "from_conn_string", {}),
+    "postgres-no-cache": ("postgres", "from_conn_string", {"statement_cache_size": 0}),
+    "redis": ("redis", "from_conn_string", {"ttl": None}),
+    "redis-client": ("redis", "client", {}),  # a client the caller owns
+    "redis-ttl": ("redis", "from_conn_string", {"ttl": 600}),
+    "redis-cluster": ("redis-cluster", "from_conn_string", {"ttl": None}),
+}
+REPLICAS = ["redis", "sqlite"]  # a PostgreSQL primary's, in each consistency mode
 
 
 @pytest.mark.parametrize(
     "kind",
     [
-        "memory", "sqlite", "sqlite-memory", "sqlite-sync-ctor", "postgres", "postgres-no-cache",
-        "redis", "redis-client", "redis-ttl", "redis-cluster",
+        *params(list(BACKEND_KINDS)),
         # SmartCheckpointer around each backend: its default policy (events), and one that
         # keeps everything buffered until the test ends (reads served from the buffer)
-        "smart:memory", "smart:sqlite", "smart:postgres", "smart:redis",
-        "smart-buffered:memory", "smart-buffered:sqlite", "smart-buffered:postgres",
-        "smart-buffered:redis",
+        *params(["smart:memory", "smart:sqlite", "smart:postgres", "smart:redis",
+                 "smart-buffered:memory", "smart-buffered:sqlite", "smart-buffered:postgres",
+                 "smart-buffered:redis"]),
         # ReplicatedCheckpointer: a PostgreSQL primary, a Redis and a SQLite replica, in each
         # consistency mode
-        "replicated-async", "replicated-quorum", "replicated-anti_entropy",
+        *(param(f"replicated-{mode}", "postgres", *REPLICAS)
+          for mode in ("async", "quorum", "anti_entropy")),
     ],
 )
 async def test_conformance_all_capabilities(kind: str, tmp_path: Path) -> None:
-    counter = iter(range(100))
-    schemas: list[str] = []
-    prefixes: list[str] = []
+    counter = itertools.count()
 
     @checkpointer_test(name=f"langgraph-ckpt-ext-{kind}")
     async def factory() -> AsyncIterator[object]:
+        directory = tmp_path / f"conf-{next(counter)}"  # a SQLite file of its own each time
         if kind.startswith("smart"):
             wrapper, _, inner_kind = kind.partition(":")
             policy = Periodic(3600) if wrapper == "smart-buffered" else None
-            async for inner in backend_factory(inner_kind):
-                async with SmartCheckpointer(inner, policy) as cp:
-                    yield cp
+            async with asaver(inner_kind, directory, wrapper="smart", policy=policy) as h:
+                yield h.saver
         elif kind.startswith("replicated"):
-            async for cp in replicated_factory(kind.partition("-")[2]):
+            mode = kind.partition("-")[2]
+            options = {"quorum": 2} if mode == "quorum" else (
+                {"repair_interval": 0.2} if mode == "anti_entropy" else {})
+            async with asaver("postgres", directory, wrapper="replicated", replicas=REPLICAS,
+                              wrapper_options={"consistency": mode, **options}) as h:
+                cp = h.saver
                 yield cp
+                # every test's checkpoints and writes reached both replicas
+                assert await cp.aflush(30)
+                report = await cp.arepair()
+                assert report.clean, report.summary()
         else:
-            async for cp in backend_factory(kind):
-                yield cp
+            backend, construct, options = BACKEND_KINDS[kind]
+            async with asaver(backend, directory, construct=construct, **options) as h:
+                yield h.saver
 
-    async def replicated_factory(mode: str) -> AsyncIterator[object]:
-        options = {"quorum": 2} if mode == "quorum" else (
-            {"repair_interval": 0.2} if mode == "anti_entropy" else {})
-        async for primary in backend_factory("postgres"):
-            async for redis_replica in backend_factory("redis"):
-                async for sqlite_replica in backend_factory("sqlite"):
-                    async with ReplicatedCheckpointer(
-                        primary, [redis_replica, sqlite_replica], mode, **options  # type: ignore[arg-type]
-                    ) as cp:
-                        yield cp
-                        # every test's checkpoints and writes reached both replicas
-                        assert await cp.aflush(30)
-                        report = await cp.arepair()
-                        assert report.clean, report.summary()
-
-    async def backend_factory(kind: str) -> AsyncIterator[object]:
-        if kind == "memory":
-            yield InMemoryCheckpointer()
-        elif kind == "sqlite":
-            path = tmp_path / f"conf-{next(counter)}.db"
-            async with SQLiteCheckpointer.from_conn_string(path) as cp:
-                yield cp
-        elif kind == "sqlite-memory":
-            async with SQLiteCheckpointer.from_conn_string(":memory:") as cp:
-                yield cp
-        elif kind.startswith("postgres"):
-            schema = pg_schema()
-            schemas.append(schema)
-            options = {"statement_cache_size": 0} if kind == "postgres-no-cache" else {}
-            async with PostgresCheckpointer.from_conn_string(PG_DSN, schema=schema, **options) as cp:
-                yield cp
-        elif kind in ("redis", "redis-ttl", "redis-cluster"):
-            prefixes.append(redis_prefix())
-            ttl = 600 if kind == "redis-ttl" else None
-            url = redis_cluster_url() if kind == "redis-cluster" else REDIS_URL
-            async with RedisCheckpointer.from_conn_string(
-                url, key_prefix=prefixes[-1], ttl=ttl
-            ) as cp:
-                yield cp
-        elif kind == "redis-client":  # a client the caller owns
-            prefixes.append(redis_prefix())
-            client = aredis.Redis.from_url(REDIS_URL)
-            cp = RedisCheckpointer(client, key_prefix=prefixes[-1])
-            await cp.asetup()
-            yield cp
-            await cp.aclose()
-            await client.aclose()
-        else:  # the plain constructor, then used from this test's event loop
-            cp = SQLiteCheckpointer(tmp_path / f"conf-{next(counter)}.db")
-            yield cp
-            await cp.aclose()
-
-    try:
-        report = await validate(factory)
-    finally:
-        if schemas:
-            await asyncio.to_thread(drop_pg_schemas, *schemas)
-        if prefixes and kind != "redis-cluster":
-            await asyncio.to_thread(drop_redis_prefixes, *prefixes)
+    report = await validate(factory)
     counts = {
         cap: (res.tests_passed, res.tests_failed) for cap, res in report.results.items()
     }

@@ -27,8 +27,8 @@ from langgraph_ckpt_ext.core.bridge import Bridge
 from langgraph_ckpt_ext.core.errors import InvalidConfigError, StorageVersionError
 from langgraph_ckpt_ext.core.filters import matches, validate_filter
 from langgraph_ckpt_ext.core.versions import next_version, version_key
+from tests.support.savers import SaverHandle, open_saver
 
-from .conftest import cleanup, make_saver, redis_client_for
 from .graphs import chat_graph, human
 
 # -- append-deltas ------------------------------------------------------------------------
@@ -232,14 +232,16 @@ def test_lists_serialized_item_by_item_and_byte_identical() -> None:
     assert seen == [[1, 2], [1, 2, 3], [3]] and rows[0].base_version == "1.5"
 
 
-def _blob_rows(saver: Any, thread: str) -> list[Any]:
+def _blob_rows(saver: Any, thread: str, h: SaverHandle | None = None) -> list[Any]:
+    """A thread's stored blob rows, read around `saver` (a Redis one: with its handle `h`)."""
     from langgraph_ckpt_ext.core.rows import BlobRow
 
     store = saver._store
     if hasattr(store, "blobs"):
         return [b for (tid, _), rows in store.blobs.items() if tid == thread for b in rows.values()]
     if hasattr(store, "prefix"):  # Redis: the thread's blob hash
-        client = redis_client_for(saver)
+        assert h is not None
+        client = h.redis_client()
         try:
             raw = client.hgetall(store.keys(thread)[3])
         finally:
@@ -258,12 +260,14 @@ def _blob_rows(saver: Any, thread: str) -> list[Any]:
     return [BlobRow(*r) for r in rows]
 
 
-def test_message_list_stored_as_deltas_and_read_back(saver: Any) -> None:
+def test_message_list_stored_as_deltas_and_read_back(
+    saver: Any, saver_handle: SaverHandle
+) -> None:
     graph = chat_graph().compile(checkpointer=saver)
     config = {"configurable": {"thread_id": "d"}}
     for i in range(120):
         graph.invoke({"messages": [human(f"message {i} " + "x" * 400)]}, config)
-    rows = [b for b in _blob_rows(saver, "d") if b.channel == "messages"]
+    rows = [b for b in _blob_rows(saver, "d", saver_handle) if b.channel == "messages"]
     deltas = [b for b in rows if b.base_version is not None]
     assert len(deltas) > 0.8 * len(rows)
     full_bytes = sum(len(b.data) for b in rows if b.base_version is None)
@@ -278,7 +282,9 @@ def test_message_list_stored_as_deltas_and_read_back(saver: Any) -> None:
         assert len(snap.values.get("messages", [])) in (2 * turns, 2 * turns + 1)
 
 
-def test_delta_whose_base_was_deleted_falls_back_to_full(saver: Any) -> None:
+def test_delta_whose_base_was_deleted_falls_back_to_full(
+    saver: Any, saver_handle: SaverHandle
+) -> None:
     from langgraph.checkpoint.base import empty_checkpoint
 
     config = {"configurable": {"thread_id": "p", "checkpoint_ns": ""}}
@@ -295,10 +301,10 @@ def test_delta_whose_base_was_deleted_falls_back_to_full(saver: Any) -> None:
     saver.delete_thread("p")
     stored = put(["a", "b", "c"])  # planned as a delta on a row that is gone
     saver._log.forget = forget
-    rows = _blob_rows(saver, "p")
+    rows = _blob_rows(saver, "p", saver_handle)
     assert len(rows) == 1 and rows[0].base_version is None  # the store wrote it whole
     last = put(["a", "b", "c", "d"])  # the memory now knows the full row: a delta again
-    assert any(r.base_version is not None for r in _blob_rows(saver, "p"))
+    assert any(r.base_version is not None for r in _blob_rows(saver, "p", saver_handle))
     saver._log.forget()
     assert saver.get_tuple(stored).checkpoint["channel_values"]["items"] == ["a", "b", "c"]
     assert saver.get_tuple(last).checkpoint["channel_values"]["items"] == ["a", "b", "c", "d"]
@@ -377,6 +383,8 @@ def test_newer_storage_version_is_refused(tmp_path: Path) -> None:
         SQLiteCheckpointer(db)
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_import_loads_no_driver_and_connect_urls(tmp_path: Path) -> None:
     code = (
         "import sys, langgraph_ckpt_ext; "
@@ -389,8 +397,7 @@ def test_import_loads_no_driver_and_connect_urls(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unsupported"):
         connect("mysql://x")
     from langgraph_ckpt_ext import PostgresCheckpointer
-
-    from .conftest import PG_DSN, drop_pg_schemas, pg_schema
+    from tests.support.savers import PG_DSN, drop_pg_schemas, pg_schema
 
     schema = pg_schema()
     try:
@@ -406,8 +413,7 @@ def test_import_loads_no_driver_and_connect_urls(tmp_path: Path) -> None:
     finally:
         drop_pg_schemas(schema)
     from langgraph_ckpt_ext import RedisCheckpointer
-
-    from .conftest import REDIS_URL, drop_redis_prefixes, redis_prefix
+    from tests.support.savers import REDIS_URL, drop_redis_prefixes, redis_prefix
 
     prefix = redis_prefix()
     try:
@@ -483,9 +489,8 @@ def test_sizes_storage_version_and_prune_plan(saver: Any, backend: str, tmp_path
     assert saver.storage_version() == (0 if backend == "memory" else saver.setup())
     if backend in ("sqlite", "postgres", "redis"):
         (tmp_path / "fresh").mkdir()
-        with make_saver(backend, tmp_path / "fresh", setup=False) as fresh:
-            assert fresh.storage_version() == 0
-            cleanup(backend, fresh)
+        with open_saver(backend, tmp_path / "fresh", setup=False) as fresh:
+            assert fresh.saver.storage_version() == 0
     plan = saver.prune_plan("s")
     assert plan == [("", cid) for cid in listed[1:]]
     assert saver.prune_plan("s", strategy="delete") == [("", cid) for cid in listed]

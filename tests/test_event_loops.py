@@ -21,13 +21,9 @@ import pytest
 import redis.asyncio as aredis
 from langgraph.checkpoint.base import empty_checkpoint
 
-from langgraph_ckpt_ext import (
-    InMemoryCheckpointer,
-    ReplicatedCheckpointer,
-    SmartCheckpointer,
-)
+from tests.support.common import conf
+from tests.support.savers import BACKENDS, PG_DSN, REDIS_URL, open_saver, params
 
-from .conftest import BACKENDS, PG_DSN, REDIS_URL, cleanup, conf, make_saver
 from .graphs import chat_graph, human
 
 _LIMIT = 60.0  # seconds a scenario may take before it counts as hung (it takes a few)
@@ -55,28 +51,20 @@ def within(fn: Callable[[], Any], what: str, limit: float = _LIMIT) -> Any:
     return out.get("value")
 
 
-def _inner_kind(kind: str) -> str:
-    return kind.partition(":")[2] or kind
-
-
-@pytest.fixture(params=[*BACKENDS, *WRAPPED])
-def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """A checkpointer of each backend and wrapper. The test closes it (under the hang guard);
-    closed again here, which must be harmless."""
+@pytest.fixture(params=[*params(BACKENDS), *params(WRAPPED)])
+def loop_saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A checkpointer of each backend and wrapper (a replicated one with an in-memory replica).
+    The test closes it (under the hang guard); closed again here, which must be harmless."""
     kind = str(request.param)
-    inner = make_saver(_inner_kind(kind), tmp_path)
-    if kind.startswith("smart:"):
-        cp: Any = SmartCheckpointer(inner)
-    elif kind.startswith("replicated:"):
-        cp = ReplicatedCheckpointer(inner, [InMemoryCheckpointer()])
-    else:
-        cp = inner
-    cp.test_inner = inner
+    wrapper, _, backend = kind.rpartition(":")
+    h = open_saver(backend, tmp_path, wrapper=wrapper or None,
+                   replicas=["memory"] if wrapper == "replicated" else [])
+    cp = h.saver
     yield cp
     within(cp.close, "close() at teardown")
-    if cp is not inner:
-        within(inner.close, "the inner checkpointer's close()")
-    cleanup(_inner_kind(kind), inner)
+    if cp is not h.inner:
+        within(h.inner.close, "the inner checkpointer's close()")
+    h.cleanup()
 
 
 def _put(cp: Any, thread: str, parent: dict[str, Any]) -> Any:
@@ -93,27 +81,27 @@ async def _round(cp: Any, thread: str, parent: dict[str, Any]) -> dict[str, Any]
     return saved  # type: ignore[no-any-return]
 
 
-def test_many_loops_of_saver_calls(saver: Any) -> None:
+def test_many_loops_of_saver_calls(loop_saver: Any) -> None:
     """A fresh `asyncio.run` per call, sync calls in between, then close()."""
 
     def scenario() -> int:
         parent = conf("t-loops")
         for i in range(120):
-            parent = asyncio.run(_round(saver, "t-loops", parent))
-            asyncio.run(saver.aget_tuple(conf("t-loops")))
+            parent = asyncio.run(_round(loop_saver, "t-loops", parent))
+            asyncio.run(loop_saver.aget_tuple(conf("t-loops")))
             if i % 10 == 0:
-                assert saver.get_tuple(conf("t-loops")) is not None
-                assert list(saver.list(conf("t-loops"), limit=1))
-        count = len(list(saver.list(conf("t-loops"))))
-        saver.close()
+                assert loop_saver.get_tuple(conf("t-loops")) is not None
+                assert list(loop_saver.list(conf("t-loops"), limit=1))
+        count = len(list(loop_saver.list(conf("t-loops"))))
+        loop_saver.close()
         return count
 
     assert within(scenario, "120 asyncio.run rounds and close()") == 120
 
 
-def test_many_loops_of_graph_runs(saver: Any) -> None:
+def test_many_loops_of_graph_runs(loop_saver: Any) -> None:
     """`asyncio.run(graph.ainvoke(...))` per request, now and then a sync `invoke`."""
-    graph = chat_graph().compile(checkpointer=saver)
+    graph = chat_graph().compile(checkpointer=loop_saver)
     config = conf("t-graph")
 
     def scenario() -> int:
@@ -124,7 +112,7 @@ def test_many_loops_of_graph_runs(saver: Any) -> None:
             else:
                 asyncio.run(graph.ainvoke(turn, config))
         turns = int(graph.get_state(config).values["turns"])
-        saver.close()
+        loop_saver.close()
         return turns
 
     assert within(scenario, "40 graph runs, each on a loop of its own, and close()") == 40
@@ -158,19 +146,19 @@ def _abandon(cp: Any, thread: str, turns: int) -> None:
 # Python warns about them, which is what this scenario is.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")
-def test_loop_closed_while_a_write_is_pending(saver: Any) -> None:
+def test_loop_closed_while_a_write_is_pending(loop_saver: Any) -> None:
     """Writes left behind by loops that closed under them leave the checkpointer serving."""
 
     def scenario() -> list[int]:
         found = []
         for turns in range(5):
-            asyncio.run(_fire_and_return(saver, f"t-fire-{turns}"))
-            _abandon(saver, f"t-abandoned-{turns}", turns)
+            asyncio.run(_fire_and_return(loop_saver, f"t-fire-{turns}"))
+            _abandon(loop_saver, f"t-abandoned-{turns}", turns)
             thread = f"t-after-{turns}"
-            asyncio.run(_round(saver, thread, conf(thread)))
-            saver.put(conf(thread), empty_checkpoint(), {"source": "sync", "step": 2}, {})
-            found.append(len(list(saver.list(conf(thread)))))
-        saver.close()
+            asyncio.run(_round(loop_saver, thread, conf(thread)))
+            loop_saver.put(conf(thread), empty_checkpoint(), {"source": "sync", "step": 2}, {})
+            found.append(len(list(loop_saver.list(conf(thread)))))
+        loop_saver.close()
         return found
 
     assert within(scenario, "writes on loops closed under them, then close()") == [2] * 5
@@ -196,17 +184,18 @@ async def _redis_connections(name: str) -> int:
         await client.aclose()
 
 
-@pytest.mark.parametrize("backend", ["postgres", "redis"])
+@pytest.mark.parametrize("backend", params(["postgres", "redis"]))
 def test_a_closed_loop_leaves_no_connection_open(backend: str, tmp_path: Path) -> None:
     """Each `asyncio.run` gets a pool (or client) of its own; it must be closed with its loop,
     not kept until the checkpointer closes (200 requests would hold 200 connections)."""
     name = f"lgx-loops-{uuid.uuid4().hex[:8]}"
     if backend == "postgres":
-        cp = make_saver(backend, tmp_path, server_settings={"application_name": name})
+        h = open_saver(backend, tmp_path, server_settings={"application_name": name})
         count = _pg_connections
     else:
-        cp = make_saver(backend, tmp_path, client_name=name)
+        h = open_saver(backend, tmp_path, client_name=name)
         count = _redis_connections
+    cp = h.saver
 
     def scenario() -> int:
         parent = conf("t-leak")
@@ -219,4 +208,4 @@ def test_a_closed_loop_leaves_no_connection_open(backend: str, tmp_path: Path) -
         assert held <= 2, f"{held} connections still open after 30 closed loops"
     finally:
         within(cp.close, "close()")
-        cleanup(backend, cp)
+        h.cleanup()

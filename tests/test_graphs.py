@@ -15,18 +15,10 @@ from langgraph_ckpt_ext import (
     Hybrid,
     OnEvents,
     Periodic,
-    ReplicatedCheckpointer,
 )
+from tests.support.common import LoopThread, in_running_loop
+from tests.support.savers import BACKENDS, open_saver, param, params
 
-from .conftest import (
-    BACKENDS,
-    LoopThread,
-    as_url,
-    cleanup,
-    in_running_loop,
-    make_saver,
-    plain_or_smart,
-)
 from .graphs import (
     approval_graph,
     chat_graph,
@@ -61,15 +53,19 @@ REPLICATED: dict[str, tuple[list[str], dict[str, Any]]] = {
 }
 
 
-@pytest.fixture(params=[*BACKENDS, *SMART, *REPLICATED])
-def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+@pytest.fixture(params=[*params(BACKENDS), *params(SMART),
+                        *(param(k, *REPLICATED[k][0]) for k in REPLICATED)])
+def graph_saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """Every backend, and the SmartCheckpointer and ReplicatedCheckpointer variants, for the
     scenarios of this module."""
     kind = str(request.param)
+    backend = kind.rpartition(":")[2]
     if kind in REPLICATED:
         yield from replicated_saver(kind, tmp_path)
         return
-    yield from plain_or_smart(kind, SMART, tmp_path)
+    with open_saver(backend, tmp_path, wrapper="smart" if kind in SMART else None,
+                    policy=SMART.get(kind)) as h:
+        yield h.saver
 
 
 def replicated_saver(kind: str, tmp_path: Path) -> Iterator[Any]:
@@ -77,27 +73,15 @@ def replicated_saver(kind: str, tmp_path: Path) -> Iterator[Any]:
     applied, hold exactly the primary's checkpoints and writes."""
     replica_kinds, options = REPLICATED[kind]
     options = dict(options)
-    kinds = [kind.partition(":")[2], *replica_kinds]
-    inners = []
-    for i, k in enumerate(kinds):  # a directory each: two SQLite stores never share a file
-        (tmp_path / f"s{i}").mkdir()
-        inners.append(make_saver(k, tmp_path / f"s{i}"))
-        inners[-1].test_path = tmp_path / f"s{i}" / "ckpt.db"
-    replicas: list[Any] = inners[1:]
-    if options.pop("urls", False):
-        replicas = [as_url(k, r) for k, r in zip(kinds[1:], replicas, strict=True)]
-    cp = ReplicatedCheckpointer(inners[0], replicas, **options)
-    try:
+    urls = options.pop("urls", False)
+    with open_saver(kind.partition(":")[2], tmp_path, wrapper="replicated", replicas=replica_kinds,
+                    replica_urls=urls, wrapper_options=options) as h:
+        cp = h.saver
         yield cp
         assert cp.flush(timeout=30), cp.status()
         report = cp.repair()
         assert report.clean, report.summary()
         assert all(r.up and not r.needs_repair for r in cp.status().replicas), cp.status()
-    finally:
-        cp.close()
-        for k, inner in zip(kinds, inners, strict=True):
-            inner.close()
-            cleanup(k, inner)
 
 
 class Api:
@@ -159,8 +143,8 @@ def cfg(thread: str, **extra: Any) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread, **extra}}
 
 
-def test_multi_turn_memory(saver: Any, run: Any) -> None:
-    graph = chat_graph().compile(checkpointer=saver)
+def test_multi_turn_memory(graph_saver: Any, run: Any) -> None:
+    graph = chat_graph().compile(checkpointer=graph_saver)
 
     def scenario(api: Api) -> None:
         for i in range(3):
@@ -176,8 +160,8 @@ def test_multi_turn_memory(saver: Any, run: Any) -> None:
     run(scenario)
 
 
-def test_interrupt_and_resume(saver: Any, run: Any) -> None:
-    graph = approval_graph().compile(checkpointer=saver)
+def test_interrupt_and_resume(graph_saver: Any, run: Any) -> None:
+    graph = approval_graph().compile(checkpointer=graph_saver)
 
     def scenario(api: Api) -> None:
         out = api.invoke(graph, {"request": "deploy", "log": []}, cfg("h"))
@@ -192,8 +176,8 @@ def test_interrupt_and_resume(saver: Any, run: Any) -> None:
     run(scenario)
 
 
-def test_interrupt_before(saver: Any, run: Any) -> None:
-    graph = approval_graph().compile(checkpointer=saver, interrupt_before=["act"])
+def test_interrupt_before(graph_saver: Any, run: Any) -> None:
+    graph = approval_graph().compile(checkpointer=graph_saver, interrupt_before=["act"])
 
     def scenario(api: Api) -> None:
         api.invoke(graph, {"request": "x", "log": []}, cfg("ib"))
@@ -205,8 +189,8 @@ def test_interrupt_before(saver: Any, run: Any) -> None:
     run(scenario)
 
 
-def test_history_replay_and_update_state(saver: Any, run: Any) -> None:
-    graph = chat_graph().compile(checkpointer=saver)
+def test_history_replay_and_update_state(graph_saver: Any, run: Any) -> None:
+    graph = chat_graph().compile(checkpointer=graph_saver)
 
     def scenario(api: Api) -> None:
         for i in range(3):
@@ -234,8 +218,8 @@ def test_history_replay_and_update_state(saver: Any, run: Any) -> None:
     run(scenario)
 
 
-def test_fan_out_fan_in(saver: Any, run: Any) -> None:
-    graph = fan_graph().compile(checkpointer=saver)
+def test_fan_out_fan_in(graph_saver: Any, run: Any) -> None:
+    graph = fan_graph().compile(checkpointer=graph_saver)
 
     def scenario(api: Api) -> None:
         out = api.invoke(graph, {"items": [1, 2, 3, 4], "results": [], "total": 0}, cfg("f"))
@@ -245,8 +229,8 @@ def test_fan_out_fan_in(saver: Any, run: Any) -> None:
     run(scenario)
 
 
-def test_subgraph_namespace(saver: Any, run: Any) -> None:
-    graph = subgraph_graph().compile(checkpointer=saver)
+def test_subgraph_namespace(graph_saver: Any, run: Any) -> None:
+    graph = subgraph_graph().compile(checkpointer=graph_saver)
 
     def scenario(api: Api) -> None:
         api.invoke(graph, {"text": "s", "trail": []}, cfg("sg"))
@@ -257,23 +241,23 @@ def test_subgraph_namespace(saver: Any, run: Any) -> None:
         out = api.invoke(graph, Command(resume="42"), cfg("sg"))
         assert out["text"] == "s+outer+inner(42)" and out["trail"] == ["outer"]
         namespaces = {
-            t.config["configurable"]["checkpoint_ns"] for t in saver.list(cfg("sg"))
+            t.config["configurable"]["checkpoint_ns"] for t in graph_saver.list(cfg("sg"))
         }
         assert "" in namespaces and any(ns.startswith("child:") for ns in namespaces)
 
     run(scenario)
 
 
-def test_failed_node_rerun_skips_succeeded_sibling(saver: Any, run: Any) -> None:
+def test_failed_node_rerun_skips_succeeded_sibling(graph_saver: Any, run: Any) -> None:
     calls: dict[str, int] = {}
     fail = {"bad": True}
-    graph = flaky_graph(calls, fail).compile(checkpointer=saver)
+    graph = flaky_graph(calls, fail).compile(checkpointer=graph_saver)
 
     def scenario(api: Api) -> None:
         with pytest.raises(RuntimeError, match="bad branch failed"):
             api.invoke(graph, {"log": []}, cfg("fl"))
         assert calls == {"good": 1, "bad": 1}
-        pending = saver.get_tuple(cfg("fl")).pending_writes
+        pending = graph_saver.get_tuple(cfg("fl")).pending_writes
         assert any(w[1] == "log" and w[2] == ["good"] for w in pending)
         fail["bad"] = False
         out = api.invoke(graph, None, cfg("fl"))
@@ -284,8 +268,8 @@ def test_failed_node_rerun_skips_succeeded_sibling(saver: Any, run: Any) -> None
 
 
 @pytest.mark.parametrize("durability", ["sync", "async", "exit"])
-def test_durability_modes(saver: Any, run: Any, durability: str) -> None:
-    graph = approval_graph().compile(checkpointer=saver)
+def test_durability_modes(graph_saver: Any, run: Any, durability: str) -> None:
+    graph = approval_graph().compile(checkpointer=graph_saver)
 
     def scenario(api: Api) -> None:
         api.invoke(graph, {"request": "d", "log": []}, cfg(durability), durability=durability)
@@ -302,7 +286,8 @@ def test_durability_modes(saver: Any, run: Any, durability: str) -> None:
 
 
 def test_long_thread_300_turns(backend: str, tmp_path: Path, mode: str, loop_thread: Any) -> None:
-    saver = make_saver(backend, tmp_path)
+    h = open_saver(backend, tmp_path)
+    saver = h.saver
     graph = chat_graph().compile(checkpointer=saver)
     api = Api(mode, loop_thread)
 
@@ -324,5 +309,4 @@ def test_long_thread_300_turns(backend: str, tmp_path: Path, mode: str, loop_thr
         else:
             scenario(api)
     finally:
-        saver.close()
-        cleanup(backend, saver)
+        h.close()

@@ -25,8 +25,9 @@ from langgraph_ckpt_ext import CorruptBlobError, InvalidConfigError
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.core.versions import version_key
 from langgraph_ckpt_ext.timetravel import fork, replay
+from tests.support.common import conf
+from tests.support.savers import SaverHandle, open_saver
 
-from .conftest import cleanup, conf, make_saver, redis_client_for
 from .test_audit import Raw
 
 
@@ -51,18 +52,17 @@ def within(seconds: float, fn: Callable[[], Any]) -> Any:
 
 
 @pytest.fixture
-def savers(backend: str, tmp_path: Path) -> Iterator[Callable[..., StoreCheckpointer]]:
+def savers(backend: str, tmp_path: Path) -> Iterator[Callable[..., SaverHandle]]:
     """Checkpointers of this test's backend, with options; all closed and dropped after."""
-    made: list[StoreCheckpointer] = []
+    made: list[SaverHandle] = []
 
-    def make(**options: Any) -> StoreCheckpointer:
-        made.append(make_saver(backend, tmp_path, **options))
+    def make(**options: Any) -> SaverHandle:
+        made.append(open_saver(backend, tmp_path, **options))
         return made[-1]
 
     yield make
-    for cp in made:
-        cp.close()
-        cleanup(backend, cp)
+    for h in made:
+        h.close()
 
 
 def _checkpoint(cid: str, values: dict[str, Any], version: Any) -> Any:
@@ -123,17 +123,18 @@ SERIALIZERS: dict[str, tuple[Callable[[], Any], Callable[[Path], tuple[str, byte
 
 @pytest.mark.parametrize("kind", list(SERIALIZERS))
 def test_planted_class_is_not_constructed_whatever_serializer_is_given(
-    savers: Callable[..., StoreCheckpointer], backend: str, tmp_path: Path, kind: str
+    savers: Callable[..., SaverHandle], backend: str, tmp_path: Path, kind: str
 ) -> None:
     make_serde, plant = SERIALIZERS[kind]
     for unsafe in (False, True):  # True: the control, showing what was planted does run
         marker = tmp_path / f"constructed-{unsafe}"
-        cp = savers(serde=make_serde(), unsafe_allow_any_class=unsafe)
+        h = savers(serde=make_serde(), unsafe_allow_any_class=unsafe)
+        cp = h.saver
         thread = f"evil-{unsafe}"
         version = cp.get_next_version(None)
         stored = cp.put(conf(thread), _checkpoint("c1", {"v": {"a": 1}}, version), {},
                         {"v": version})
-        raw = Raw(backend, cp)
+        raw = Raw(h)
         try:
             raw.set_blob(thread, "v", version_key(version), plant(marker))
         finally:
@@ -164,11 +165,12 @@ REFUSED: dict[str, Callable[[], Any]] = {
 
 @pytest.mark.parametrize("kind", list(REFUSED))
 def test_serializer_that_cannot_be_made_strict_needs_the_opt_out(
-    savers: Callable[..., StoreCheckpointer], kind: str
+    savers: Callable[..., SaverHandle], kind: str
 ) -> None:
     with pytest.raises(InvalidConfigError, match="unsafe_allow_any_class=True"):
         savers(serde=REFUSED[kind]())
-    cp = savers(serde=REFUSED[kind](), unsafe_allow_any_class=True)
+    h = savers(serde=REFUSED[kind](), unsafe_allow_any_class=True)
+    cp = h.saver
     stored = cp.put(conf("t"), _checkpoint("c1", {"v": [1, 2]}, 1), {}, {"v": 1})
     assert cp.get_tuple(stored).checkpoint["channel_values"]["v"] == [1, 2]  # type: ignore[union-attr]
 
@@ -210,15 +212,16 @@ class _Tamper(Raw):
             client.hset(keys["cp"], field, parent.encode() + b"\0" + rest)
 
 
-def test_parent_cycle_ends_every_walk(savers: Callable[..., StoreCheckpointer], backend: str) -> None:
-    cp = savers()
+def test_parent_cycle_ends_every_walk(savers: Callable[..., SaverHandle], backend: str) -> None:
+    h = savers()
+    cp = h.saver
     config: dict[str, Any] = conf("loop")
     cp.put(config, _checkpoint("c0", {"v": 0}, 1), {}, {"v": 1})  # a root of its own
     for i in (1, 2, 3):  # c1 <- c2 <- c3
         md = {"counters_since_delta_snapshot": {"ghost": i}} if i == 3 else {}
         config = cp.put(config if i > 1 else conf("loop"),
                         _checkpoint(f"c{i}", {"v": i}, i + 1), md, {"v": i + 1})  # type: ignore[arg-type]
-    raw = _Tamper(backend, cp)
+    raw = _Tamper(h)
     try:
         raw.set_parent("loop", "c1", "c3")  # c1's parent is now its own descendant
     finally:
@@ -263,9 +266,10 @@ ODD = {
 }
 
 
-def _snapshot(backend: str, cp: StoreCheckpointer) -> Any:
+def _snapshot(h: SaverHandle) -> Any:
     """Everything stored, read around the checkpointer."""
-    raw = Raw(backend, cp)
+    backend, cp = h.backend, h.saver
+    raw = Raw(h)
     try:
         if backend == "memory":
             s: Any = cp._store
@@ -281,9 +285,9 @@ def _snapshot(backend: str, cp: StoreCheckpointer) -> Any:
                 return [sorted(map(tuple, await c.fetch(f"SELECT * FROM {t}"))) for t in tables]
 
             return raw._pg(read)
-        client = redis_client_for(cp)
+        client = h.redis_client()
         try:
-            keys = sorted(client.scan_iter(match=f"{cp.test_prefix}:*"))  # type: ignore[attr-defined]
+            keys = sorted(client.scan_iter(match=f"{h.prefix}:*"))
             return {k: client.dump(k) for k in keys}
         finally:
             client.close()
@@ -333,12 +337,13 @@ def _calls(cp: StoreCheckpointer, good: Any) -> Iterator[tuple[str, Callable[[st
 
 
 def test_odd_ids_are_refused_before_anything_is_written(
-    savers: Callable[..., StoreCheckpointer], backend: str
+    savers: Callable[..., SaverHandle], backend: str
 ) -> None:
-    cp = savers()
+    h = savers()
+    cp = h.saver
     good = cp.put(conf("good"), _checkpoint("c1", {"v": 1}, 1), {"run_id": "run"}, {"v": 1})
     cp.put_writes(good, [("v", 2)], "task")
-    before = _snapshot(backend, cp)
+    before = _snapshot(h)
     missed = []
     for name, odd in ODD.items():
         for field, call in _calls(cp, good):
@@ -357,11 +362,11 @@ def test_odd_ids_are_refused_before_anything_is_written(
     # item 9: an empty checkpoint id (the memory backend stored it, then failed reading it)
     with pytest.raises(InvalidConfigError, match=re.escape("checkpoint['id'] is empty")):
         cp.put(conf("good"), _checkpoint("", {"v": 3}, 3), {}, {"v": 3})
-    assert _snapshot(backend, cp) == before
+    assert _snapshot(h) == before
     assert cp.get_tuple(conf("good")).checkpoint["id"] == "c1"  # type: ignore[union-attr]
 
 
-def test_ids_at_the_bound_are_stored_everywhere(savers: Callable[..., StoreCheckpointer]) -> None:
+def test_ids_at_the_bound_are_stored_everywhere(savers: Callable[..., SaverHandle]) -> None:
     """Ids of exactly 512 UTF-8 bytes (random, so that no database compresses them), in every
     field of a pending write's key at once: under PostgreSQL's index entry limit."""
     from langgraph_ckpt_ext.core.config import MAX_ID_BYTES
@@ -371,7 +376,8 @@ def test_ids_at_the_bound_are_stored_everywhere(savers: Callable[..., StoreCheck
     def longest() -> str:
         return "".join(rng.choices(string.ascii_letters + string.digits, k=MAX_ID_BYTES - 2)) + "é"
 
-    cp = savers()
+    h = savers()
+    cp = h.saver
     tid, ns, cid, task, channel = (longest() for _ in range(5))
     config = {"configurable": {"thread_id": tid, "checkpoint_ns": ns}}
     stored = cp.put(config, _checkpoint(cid, {channel: 1}, 1), {}, {channel: 1})

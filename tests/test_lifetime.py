@@ -26,16 +26,16 @@ from langgraph_ckpt_ext import (
     SQLiteCheckpointer,
 )
 from langgraph_ckpt_ext.strategies.policies import Periodic
-
-from .conftest import (
+from tests.support.common import conf
+from tests.support.savers import (
     PG_DSN,
     REDIS_URL,
-    conf,
     drop_pg_schemas,
     drop_redis_prefixes,
     pg_schema,
     redis_prefix,
 )
+
 from .graphs import chat_graph
 
 N = 20  # checkpointers opened, used once and dropped, per case
@@ -131,6 +131,7 @@ def test_dropped_sqlite_checkpointers_release_files_and_threads(tmp_path: Path) 
     _assert_released(result, "SQLiteCheckpointer")
 
 
+@pytest.mark.postgres
 def test_dropped_postgres_checkpointers_release_their_connections() -> None:
     from langgraph_ckpt_ext import PostgresCheckpointer
 
@@ -160,6 +161,7 @@ async def _pg_connections(app: str) -> int:
         await conn.close()
 
 
+@pytest.mark.redis
 def test_dropped_redis_checkpointers_release_their_connections() -> None:
     import redis
 

@@ -12,17 +12,17 @@ import pytest
 from langgraph.types import Command
 
 from langgraph_ckpt_ext.migrations import SchemaChain
-from tests.conftest import drop_pg_schemas, drop_redis_prefixes, pg_schema, redis_prefix
 from tests.migrate_worker import open_target
 from tests.schema_graphs import CHAIN, graph_v1, graph_v3, is_v3, v1_message
+from tests.support.savers import drop_pg_schemas, drop_redis_prefixes, params, pg_schema, redis_prefix
 
 ROOT = Path(__file__).resolve().parents[1]
 THREADS = 40
 OTHER = {"configurable": {"thread_id": "x-billing"}}  # sorted after the chain's threads
 
 
-@pytest.fixture(params=["sqlite", "postgres", "redis"])
-def target(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+@pytest.fixture(params=params(["sqlite", "postgres", "redis"]))
+def kill_target(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
     kind = request.param
     if kind == "sqlite":
         yield f"sqlite:{tmp_path / 'kill.db'}"
@@ -36,8 +36,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-u
         drop_redis_prefixes(prefix)
 
 
-def test_killed_migration_resumes_and_migrates_each_checkpoint_once(target: str) -> None:
-    with open_target(target, schema_chain=SchemaChain(1, name=CHAIN.name)) as v1:  # v1 code
+def test_killed_migration_resumes_and_migrates_each_checkpoint_once(kill_target: str) -> None:
+    with open_target(kill_target, schema_chain=SchemaChain(1, name=CHAIN.name)) as v1:  # v1 code
         g1 = graph_v1().compile(checkpointer=v1)
         for i in range(THREADS):
             text = f"ship {i}" if i % 5 == 0 else f"hello {i}"  # every fifth pauses
@@ -50,7 +50,7 @@ def test_killed_migration_resumes_and_migrates_each_checkpoint_once(target: str)
         billing = [(t.metadata, t.checkpoint) for t in v1.list(OTHER)]
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.migrate_worker", target, "0.05"],
+        [sys.executable, "-m", "tests.migrate_worker", kill_target, "0.05"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None
@@ -65,7 +65,7 @@ def test_killed_migration_resumes_and_migrates_each_checkpoint_once(target: str)
         proc.wait(30)
     assert proc.returncode == -9
 
-    with open_target(target, schema_chain=CHAIN) as v3:
+    with open_target(kill_target, schema_chain=CHAIN) as v3:
         partial = v3.migration_log()
         assert THREADS // 2 <= len({m.thread_id for m in partial}) < THREADS
 

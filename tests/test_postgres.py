@@ -12,9 +12,11 @@ import pytest
 from langgraph_ckpt_ext import InvalidConfigError, PostgresCheckpointer
 from langgraph_ckpt_ext.backends.postgres import StoreUnavailableError
 from langgraph_ckpt_ext.backends.postgres.migrations import LATEST
+from tests.support.savers import PG_DSN, drop_pg_schemas, pg_schema
 
-from .conftest import PG_DSN, drop_pg_schemas, pg_schema
 from .graphs import chat_graph, human
+
+pytestmark = pytest.mark.postgres
 
 
 def _terminate(application_name: str) -> int:

@@ -6,10 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from langgraph_ckpt_ext import PostgresCheckpointer, SQLiteCheckpointer
 from langgraph_ckpt_ext.backends.sqlite.migrations import LATEST
+from tests.support.savers import PG_DSN, drop_pg_schemas, pg_schema
 
-from .conftest import PG_DSN, drop_pg_schemas, pg_schema
 from .graphs import approval_graph
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +57,7 @@ def test_processes_share_one_file(tmp_path: Path) -> None:
         assert saver.setup() == LATEST  # each storage version applied once
 
 
+@pytest.mark.postgres
 def test_postgres_processes_share_a_database() -> None:
     """Two processes run different threads at once (the first also pauses one for a human);
     a third resumes the paused thread."""

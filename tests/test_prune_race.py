@@ -26,16 +26,17 @@ from langgraph_ckpt_ext import (
 )
 from langgraph_ckpt_ext.backends.postgres import sql as pg_sql
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
-
-from .conftest import (
+from tests.support.common import conf
+from tests.support.savers import (
     PG_DSN,
     REDIS_URL,
-    conf,
     drop_pg_schemas,
     drop_redis_prefixes,
+    params,
     pg_schema,
     redis_prefix,
 )
+
 from .graphs import chat_graph, human
 from .latency_proxy import latency_proxy
 
@@ -145,7 +146,7 @@ async def _check(cp: StoreCheckpointer, thread: str, turns: int) -> None:
         t.config["configurable"]["checkpoint_id"] for t in listed]
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("backend", params(["memory", "sqlite", "postgres", "redis"]))
 async def test_prune_while_graphs_write(backend: str, tmp_path: Path) -> None:
     async with _savers(backend, tmp_path) as make:
         await make(False).asetup()
@@ -177,6 +178,7 @@ async def test_prune_while_graphs_write(backend: str, tmp_path: Path) -> None:
         await _check(reader, t0, n + 1)
 
 
+@pytest.mark.postgres
 async def test_prune_of_a_held_thread_says_busy() -> None:
     """A PostgreSQL prune waits for the thread's writers at most lock_timeout, then raises
     StoreBusyError, changing nothing; `lgckpt prune` exits 7 (busy, retry)."""
@@ -210,6 +212,7 @@ async def test_prune_of_a_held_thread_says_busy() -> None:
         await asyncio.to_thread(drop_pg_schemas, schema)
 
 
+@pytest.mark.postgres
 async def test_writers_wait_for_a_prune_holding_the_thread() -> None:
     """On PostgreSQL a put and a batch that find their thread held by a prune write nothing,
     wait for it, then write (the slow path of `write_checkpoint` and `write_batch`)."""

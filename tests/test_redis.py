@@ -24,10 +24,19 @@ from langgraph_ckpt_ext import (
     StorageVersionError,
     StoreUnavailableError,
 )
+from tests.support.savers import (
+    REDIS_URL,
+    SaverHandle,
+    drop_redis_prefixes,
+    open_saver,
+    params,
+    redis_prefix,
+)
 
-from .conftest import REDIS_URL, drop_redis_prefixes, make_saver, redis_prefix
 from .graphs import chat_graph, human
 from .redis_servers import redis_cluster, redis_server
+
+pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
@@ -39,17 +48,18 @@ def client() -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def make(tmp_path: Path) -> Iterator[Any]:
-    made: list[RedisCheckpointer] = []
+    """Redis checkpointers (in their handles) on the shared server, with options; closed and
+    their keys deleted after the test."""
+    made: list[SaverHandle] = []
 
-    def factory(**options: Any) -> RedisCheckpointer:
-        cp = make_saver("redis", tmp_path, **options)
-        made.append(cp)  # type: ignore[arg-type]
-        return cp  # type: ignore[return-value]
+    def factory(**options: Any) -> SaverHandle:
+        made.append(open_saver("redis", tmp_path, **options))
+        return made[-1]
 
     yield factory
-    for cp in made:
-        cp.close()
-    drop_redis_prefixes(*{cp.test_prefix for cp in made})  # type: ignore[attr-defined]
+    for h in made:
+        h.close_savers()
+    drop_redis_prefixes(*{h.prefix for h in made if h.prefix})
 
 
 def cfg(thread: str, **extra: str) -> dict[str, Any]:
@@ -82,8 +92,9 @@ def test_index_sweep_runs_off_the_put_path(make: Any, client: redis.Redis,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The put that reaches the sweep's turn issues its own few commands only (counted per
     task on the client, the server untouched); the stale index entries go all the same."""
-    cp = make()
-    threads_key, runs_key = f"{cp.test_prefix}:threads", f"{cp.test_prefix}:runs"
+    cp_h = make()
+    cp = cp_h.saver
+    threads_key, runs_key = f"{cp_h.prefix}:threads", f"{cp_h.prefix}:runs"
     client.zadd(threads_key, {f"gone-{i}": 1 for i in range(80)})  # hints long past, no keys
     client.zadd(runs_key, {f"run-{i}\0gone-{i}": 0 for i in range(80)})
     per_task: dict[Any, int] = {}
@@ -130,7 +141,8 @@ def test_index_sweep_runs_off_the_put_path(make: Any, client: redis.Redis,
 
 
 def test_short_ttl_thread_is_entirely_gone(make: Any, client: redis.Redis) -> None:
-    cp = make(ttl=2.0)
+    cp_h = make(ttl=2.0)
+    cp = cp_h.saver
     graph = chat_graph().compile(checkpointer=cp)
     for i in range(3):
         graph.invoke({"messages": [human(f"m{i}")]}, cfg("brief"))
@@ -141,19 +153,20 @@ def test_short_ttl_thread_is_entirely_gone(make: Any, client: redis.Redis) -> No
     time.sleep(2.4)
     assert existing(client, cp, "brief") == []
     assert cp.get_tuple(cfg("brief")) is None and list(cp.list(cfg("brief"))) == []
-    leftovers = [k for k in client.scan_iter(match=f"{cp.test_prefix}:*")
+    leftovers = [k for k in client.scan_iter(match=f"{cp_h.prefix}:*")
                  if b"brief" in k]
     assert leftovers == []
     # The index entry goes at the next sweep, and the id can be used again from scratch.
     cp.sweep()
-    assert client.zscore(f"{cp.test_prefix}:threads", "brief") is None
+    assert client.zscore(f"{cp_h.prefix}:threads", "brief") is None
     graph.invoke({"messages": [human("again")]}, cfg("brief"))
     assert graph.get_state(cfg("brief")).values["messages"][0].content == "again"
-    assert client.zscore(f"{cp.test_prefix}:threads", "brief") is not None
+    assert client.zscore(f"{cp_h.prefix}:threads", "brief") is not None
 
 
 def test_thread_written_before_ttl_keeps_every_checkpoint(make: Any, client: redis.Redis) -> None:
-    cp = make(ttl=2.0)
+    cp_h = make(ttl=2.0)
+    cp = cp_h.saver
     # `static` is written once; `tick` changes at every step, for 2.5x the TTL.
     config, versions = put(cp, "busy", {"static": "set once", "tick": 0}, ["static", "tick"])
     configs = [config]
@@ -175,13 +188,15 @@ def test_thread_written_before_ttl_keeps_every_checkpoint(make: Any, client: red
 
 
 def test_refresh_on_read_keeps_a_thread_that_is_only_read(make: Any, client: redis.Redis) -> None:
-    cp = make(ttl=2.0, refresh_on_read=True)
+    cp_h = make(ttl=2.0, refresh_on_read=True)
+    cp = cp_h.saver
     put(cp, "read-only", {"a": 1}, ["a"])
     for _ in range(25):
         assert cp.get_tuple(cfg("read-only")) is not None
         time.sleep(0.2)
     assert len(list(cp.list(cfg("read-only")))) == 1
-    plain = make(ttl=2.0)
+    plain_h = make(ttl=2.0)
+    plain = plain_h.saver
     put(plain, "read-only", {"a": 1}, ["a"])
     for _ in range(14):
         plain.get_tuple(cfg("read-only"))
@@ -190,7 +205,8 @@ def test_refresh_on_read_keeps_a_thread_that_is_only_read(make: Any, client: red
 
 
 def test_pinned_thread_stays_and_unpinned_expires(make: Any, client: redis.Redis) -> None:
-    cp = make(ttl=1.0)
+    cp_h = make(ttl=1.0)
+    cp = cp_h.saver
     cp.pin("keep")  # before its first write
     graph = chat_graph().compile(checkpointer=cp)
     graph.invoke({"messages": [human("stay")]}, cfg("keep"))
@@ -200,7 +216,7 @@ def test_pinned_thread_stays_and_unpinned_expires(make: Any, client: redis.Redis
     assert graph.get_state(cfg("keep")).values["messages"][0].content == "stay"
     assert existing(client, cp, "gone") == []
     cp.sweep()
-    assert client.zscore(f"{cp.test_prefix}:threads", "keep") is not None
+    assert client.zscore(f"{cp_h.prefix}:threads", "keep") is not None
     cp.unpin("keep")
     assert all(0 < client.pttl(k) <= 1000 for k in existing(client, cp, "keep"))
     time.sleep(1.3)
@@ -209,9 +225,11 @@ def test_pinned_thread_stays_and_unpinned_expires(make: Any, client: redis.Redis
 
 def test_no_ttl_persists_a_thread_written_with_one(make: Any, client: redis.Redis) -> None:
     prefix = redis_prefix()
-    with_ttl = make(ttl=30, key_prefix=prefix)
+    with_ttl_h = make(ttl=30, key_prefix=prefix)
+    with_ttl = with_ttl_h.saver
     put(with_ttl, "t", {"a": 1}, ["a"])
-    without = make(key_prefix=prefix)
+    without_h = make(key_prefix=prefix)
+    without = without_h.saver
     put(without, "t", {"a": 2}, ["a"])  # no key may keep the old deadline
     assert all(client.ttl(k) == -1 for k in existing(client, without, "t"))
 
@@ -222,7 +240,8 @@ HOSTILE = ["a", "a}", "{a}", "a:b", "a*", "*", "a b", "a\nb", "}{", "%41", "A", 
 
 
 def test_hostile_thread_ids_stay_apart_in_one_slot_each(make: Any, client: redis.Redis) -> None:
-    cp = make()
+    cp_h = make()
+    cp = cp_h.saver
     graph = chat_graph().compile(checkpointer=cp)
     for tid in HOSTILE:
         graph.invoke({"messages": [human(f"I am {tid!r}")]}, cfg(tid))
@@ -253,7 +272,8 @@ def test_bad_arguments_are_refused_clearly(make: Any) -> None:
         RedisCheckpointer(REDIS_URL, ttl=-5)
     with pytest.raises(InvalidConfigError, match="decode_responses"):
         RedisCheckpointer(aredis.Redis.from_url(REDIS_URL, decode_responses=True))
-    cp = make()
+    cp_h = make()
+    cp = cp_h.saver
     put(cp, "ok", {"a": 1}, ["a"])
     with pytest.raises(InvalidConfigError, match="NUL"):
         put(cp, "ok", {"a": 2}, ["a"], ns="bad\0ns")
@@ -263,8 +283,9 @@ def test_bad_arguments_are_refused_clearly(make: Any) -> None:
 
 
 def test_newer_layout_is_refused(make: Any, client: redis.Redis) -> None:
-    cp = make()
-    client.set(f"{cp.test_prefix}:layout", 99)
+    cp_h = make()
+    cp = cp_h.saver
+    client.set(f"{cp_h.prefix}:layout", 99)
     with pytest.raises(StorageVersionError, match="upgrade"):
         cp.setup()
 
@@ -273,14 +294,16 @@ def test_newer_layout_is_refused(make: Any, client: redis.Redis) -> None:
 
 
 def test_readers_never_see_half_a_checkpoint(make: Any) -> None:
-    cp = make()
+    cp_h = make()
+    cp = cp_h.saver
     channels = [f"ch{i}" for i in range(12)]
     stop = threading.Event()
     seen: list[int] = []
     errors: list[BaseException] = []
 
     def reader() -> None:
-        other = make(key_prefix=cp.test_prefix)  # another client, as another process would be
+        other_h = make(key_prefix=cp_h.prefix)  # another client, as another process would be
+        other = other_h.saver
         try:
             while not stop.is_set():
                 tup = other.get_tuple(cfg("atomic"))
@@ -407,7 +430,9 @@ def test_listing_across_many_threads_is_one_merged_order(make: Any) -> None:
     the same rows, in the same order, as sorting them all; `before` and `limit` honoured."""
     import random
 
-    cp = make()
+
+    cp_h = make()
+    cp = cp_h.saver
     rng = random.Random(7)
     expected: list[tuple[str, str, str]] = []
     for t in range(40):
@@ -479,15 +504,14 @@ def _as_thread(item: Any, thread: str) -> Any:
     return [replace(w, thread_id=thread) for w in item]
 
 
-@pytest.mark.parametrize("kind", ["redis", "redis-cluster"])
+@pytest.mark.parametrize("kind", params(["redis", "redis-cluster"]))
 def test_write_batch_stores_what_single_calls_store_in_one_call(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from .conftest import cleanup, redis_client_for
-
-    cp: RedisCheckpointer = make_saver(kind, tmp_path)  # type: ignore[assignment]
-    reader: RedisCheckpointer = make_saver(kind, tmp_path, key_prefix=cp.test_prefix)  # type: ignore[assignment, attr-defined]
-    client = redis_client_for(cp)
+    cp_h = open_saver(kind, tmp_path)
+    cp: RedisCheckpointer = cp_h.saver
+    reader = cp_h.reopen()
+    client = cp_h.redis_client()
     try:
         items, trips = _track(cp, monkeypatch)
         # The sequence, by single calls into "single": list channels growing by appends (so
@@ -537,8 +561,8 @@ def test_write_batch_stores_what_single_calls_store_in_one_call(
         single, batch = (_thread_contents(client, cp, t) for t in ("single", "batched"))
         assert single == batch and int(batch["gen"]) == len(items)
         assert len(batch["cp"]) == 8 and len(batch["wr"]) == 8 * 3
-        assert client.zscore(f"{cp.test_prefix}:threads", "batched") is not None  # type: ignore[attr-defined]
-        assert client.zscore(f"{cp.test_prefix}:runs", "run-1\0batched") is not None  # type: ignore[attr-defined]
+        assert client.zscore(f"{cp_h.prefix}:threads", "batched") is not None
+        assert client.zscore(f"{cp_h.prefix}:runs", "run-1\0batched") is not None
         # ...and read back the same, by a process with nothing cached.
 
         def view(thread: str, ns: str) -> list[Any]:
@@ -559,7 +583,7 @@ def test_write_batch_stores_what_single_calls_store_in_one_call(
         cp.close()
         reader.close()
         client.close()
-        cleanup(kind, cp)
+        cp_h.cleanup()
 
 
 def _blob(store: Any, value: Any, ch: str, ver: str, base: str | None = None,
@@ -582,14 +606,13 @@ def _row(thread: str, cid: str, parent: str | None, versions: dict[str, str]) ->
                          versions)
 
 
-@pytest.mark.parametrize("kind", ["redis", "redis-cluster"])
+@pytest.mark.parametrize("kind", params(["redis", "redis-cluster"]))
 def test_write_batch_falls_back_only_where_a_base_is_gone(kind: str, tmp_path: Path) -> None:
     from langgraph_ckpt_ext.core.rows import WriteRow
 
-    from .conftest import cleanup, redis_client_for
-
-    cp: RedisCheckpointer = make_saver(kind, tmp_path)  # type: ignore[assignment]
-    client = redis_client_for(cp)
+    cp_h = open_saver(kind, tmp_path)
+    cp: RedisCheckpointer = cp_h.saver
+    client = cp_h.redis_client()
     store = cp.store
     try:
         items: list[Any] = [
@@ -617,13 +640,15 @@ def test_write_batch_falls_back_only_where_a_base_is_gone(kind: str, tmp_path: P
     finally:
         cp.close()
         client.close()
-        cleanup(kind, cp)
+        cp_h.cleanup()
 
 
 def test_write_batch_refuses_mixed_threads(make: Any, client: redis.Redis) -> None:
     from langgraph_ckpt_ext.core.rows import WriteRow
 
-    cp = make()
+
+    cp_h = make()
+    cp = cp_h.saver
     store = cp.store
     one = (_row("x", "c1", None, {"log": "v1"}), [_blob(store, [1], "log", "v1")])
     other = (_row("y", "c1", None, {"log": "v1"}), [_blob(store, [1], "log", "v1")])
@@ -639,7 +664,9 @@ def test_write_batch_refuses_mixed_threads(make: Any, client: redis.Redis) -> No
 def test_write_batch_sets_one_ttl_on_every_key(make: Any, client: redis.Redis) -> None:
     from langgraph_ckpt_ext.core.rows import WriteRow
 
-    cp = make(ttl=30)
+
+    cp_h = make(ttl=30)
+    cp = cp_h.saver
     store = cp.store
     items: list[Any] = [
         (_row("t", "c1", None, {"log": "v1"}), [_blob(store, [1], "log", "v1")]),

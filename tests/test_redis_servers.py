@@ -21,6 +21,8 @@ from .redis_servers import (
     redis_server,
 )
 
+pytestmark = pytest.mark.redis
+
 
 def process_gone(pid: int | None) -> bool:
     """Whether no process with this pid exists (our children are reaped, so no zombie either)."""

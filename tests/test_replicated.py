@@ -27,8 +27,9 @@ from langgraph_ckpt_ext import (
     SQLiteCheckpointer,
     StoreUnavailableError,
 )
+from tests.support.common import LoopThread
+from tests.support.savers import SaverHandle, open_saver, param, params, unique_prefix
 
-from .conftest import LoopThread, as_url, cleanup, make_saver, redis_prefix, reopen_saver
 from .graphs import approval_graph, chat_graph, human, subgraph_graph
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -51,22 +52,25 @@ class Stores:
 
     def __init__(self, tmp_path: Path) -> None:
         self.tmp_path = tmp_path
-        self.made: list[tuple[str, Any]] = []
+        self.made: list[SaverHandle] = []
+        self.unreachables: list[RedisCheckpointer] = []
         self.wrappers: list[ReplicatedCheckpointer] = []
 
     def new(self, kind: str, **options: Any) -> Any:
         directory = self.tmp_path / f"store-{len(self.made)}"
         directory.mkdir()
-        cp = make_saver(kind, directory, **options)
-        cp.test_path = directory / "ckpt.db"
-        self.made.append((kind, cp))
-        return cp
+        self.made.append(open_saver(kind, directory, **options))
+        return self.made[-1].saver
+
+    def handle(self, cp: Any) -> SaverHandle:
+        """The handle of a checkpointer `new` made: where its storage lives."""
+        return next(h for h in self.made if h.saver is cp)
 
     def unreachable(self) -> RedisCheckpointer:
         """A Redis checkpointer pointed at a loopback port nothing listens on."""
-        cp = RedisCheckpointer(f"redis://127.0.0.1:{free_port()}/0", key_prefix=redis_prefix(),
+        cp = RedisCheckpointer(f"redis://127.0.0.1:{free_port()}/0", key_prefix=unique_prefix(),
                                setup=False, cluster=False)
-        self.made.append(("unreachable", cp))
+        self.unreachables.append(cp)
         return cp
 
     def replicated(self, primary: Any, replicas: list[Any], consistency: str = "async",
@@ -78,9 +82,10 @@ class Stores:
     def close(self) -> None:
         for w in self.wrappers:
             w.close(timeout=5)
-        for kind, cp in self.made:
+        for h in self.made:
+            h.close()
+        for cp in self.unreachables:
             cp.close()
-            cleanup(kind, cp)
 
 
 @pytest.fixture
@@ -176,14 +181,14 @@ class Calls:
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-@pytest.mark.parametrize("mix", MIXES)
+@pytest.mark.parametrize("mix", [param(k, MIXES[k][0], *MIXES[k][1]) for k in MIXES])
 def test_every_write_kind_replicates_in_order(
     mix: str, mode: str, stores: Stores, loop_thread: LoopThread
 ) -> None:
     primary_kind, replica_kinds = MIXES[mix]
     primary = stores.new(primary_kind)
     replicas = [stores.new(k) for k in replica_kinds]
-    specs = [as_url(k, r) for k, r in zip(replica_kinds, replicas, strict=True)] if (
+    specs = [stores.handle(r).replica_spec() for r in replicas] if (
         mix.endswith(":process")) else replicas
     cp = stores.replicated(primary, specs)
     api = Calls(cp, mode, loop_thread)
@@ -259,6 +264,7 @@ DAMAGE = ["missing_thread", "extra_thread", "extra_checkpoint", "missing_checkpo
           "different_value", "missing_writes", "extra_writes"]
 
 
+@pytest.mark.redis
 @pytest.mark.parametrize("damage", DAMAGE)
 def test_repair_makes_a_replica_equal_to_the_primary(damage: str, stores: Stores) -> None:
     cp, primary, r0, r1 = repair_setup(stores)
@@ -341,6 +347,7 @@ def test_repair_of_given_threads_touches_only_those(stores: Stores) -> None:
     assert_same(primary, r0)
 
 
+@pytest.mark.redis
 def test_repair_reports_progress(stores: Stores) -> None:
     cp, _, r0, _ = repair_setup(stores)
     r0.copy_thread("a", "ghost")
@@ -349,6 +356,7 @@ def test_repair_reports_progress(stores: Stores) -> None:
     assert calls == [("redis", n, 5) for n in range(1, 6)] + [("memory", n, 4) for n in range(1, 5)]
 
 
+@pytest.mark.postgres
 async def test_async_repair_and_flush(stores: Stores) -> None:
     primary, replica = stores.new("postgres"), stores.new("sqlite")
     cp = stores.replicated(primary, [replica], "async")
@@ -367,12 +375,14 @@ async def test_async_repair_and_flush(stores: Stores) -> None:
 # -- status -----------------------------------------------------------------------------------
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_status_counts_queued_age_and_applied(stores: Stores) -> None:
     """A replica held back by a real lock (another connection's write transaction on its
     SQLite file): its queue grows and ages, then is applied whole."""
     primary, slow, fast = stores.new("postgres"), stores.new("sqlite"), stores.new("redis")
     cp = stores.replicated(primary, [slow, fast], names=["slow", "fast"])
-    lock = sqlite3.connect(slow.test_path, isolation_level=None)
+    lock = sqlite3.connect(stores.handle(slow).path, isolation_level=None)
     try:
         lock.execute("BEGIN IMMEDIATE")
         parent = None
@@ -445,6 +455,8 @@ def test_queue_overflow_marks_the_replica_for_repair(stores: Stores) -> None:
     assert parent is not None and primary.thread_ids() == ["t0", "t1"]
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_replicas_of_ours_store_the_primarys_rows(stores: Stores) -> None:
     """Ours all round (async): the primary encodes each write once and the replicas store its
     rows as they are; a replica missing a delta's base (its rows deleted behind our back)
@@ -492,7 +504,7 @@ def test_rows_are_shipped_only_between_alike_checkpointers(stores: Stores) -> No
     assert not stores.replicated(primary, [InMemorySaver()])._rows
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("kind", params(["sqlite", "postgres", "redis"]))
 def test_audit_turned_on_for_the_primary_while_shipping_rows(stores: Stores, kind: str) -> None:
     """A ReplicatedCheckpointer shipping rows, whose primary's store gets audited after it was
     built (by another checkpointer): the primary seals each checkpoint, the replica stores
@@ -501,7 +513,7 @@ def test_audit_turned_on_for_the_primary_while_shipping_rows(stores: Stores, kin
     cp = stores.replicated(primary, [replica], "async")
     assert cp._rows
     primary.audit_refresh = 0
-    reopen_saver(kind, primary, primary.test_path.parent, audit=True).close()
+    stores.handle(primary).reopen(audit=True).close()
     chat = chat_graph().compile(checkpointer=cp)
     for i in range(3):
         chat.invoke({"messages": [human(f"turn {i}")]}, cfg("t"))
@@ -513,6 +525,8 @@ def test_audit_turned_on_for_the_primary_while_shipping_rows(stores: Stores, kin
     assert primary.audit_status().enabled
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_anti_entropy_passes_compare_sizes_and_full_sweeps_compare_values(
     stores: Stores,
 ) -> None:
@@ -538,13 +552,13 @@ def test_anti_entropy_passes_compare_sizes_and_full_sweeps_compare_values(
     quick = cp._repair(["p", "q"], quick=True)
     assert [r.threads_equal for r in quick.replicas] == [2, 2] and decoded == 0
     # Rows lost on the replica: its sizes differ, and the quick pass repairs it.
-    with sqlite3.connect(replica.test_path) as db:
+    with sqlite3.connect(stores.handle(replica).path) as db:
         db.execute("DELETE FROM lgx_writes WHERE thread_id = 'p'")
     report = cp._repair(["p", "q"], quick=True)
     assert report.replicas[0].writes_copied > 0 and report.replicas[0].threads_equal == 1
     assert_same(primary, replica)
     # A value changed, no row lost: only the full sweep sees it.
-    with sqlite3.connect(replica.test_path) as db:
+    with sqlite3.connect(stores.handle(replica).path) as db:
         db.execute("UPDATE lgx_checkpoints SET metadata = CAST(REPLACE(CAST(metadata AS TEXT), "
                    "'loop', 'LOOP') AS BLOB) WHERE thread_id = 'q'")
     assert cp._repair(["q"], quick=True).replicas[0].threads_equal == 1
@@ -560,7 +574,7 @@ def test_overflowed_threads_stay_marked_until_repaired(stores: Stores) -> None:
     primary, slow = stores.new("memory"), stores.new("sqlite")
     cp = stores.replicated(primary, [slow], max_queue=1, max_wait=0)
     chat = chat_graph().compile(checkpointer=cp)
-    lock = sqlite3.connect(slow.test_path, isolation_level=None)
+    lock = sqlite3.connect(stores.handle(slow).path, isolation_level=None)
     try:
         lock.execute("BEGIN IMMEDIATE")
         for thread in ("x", "y", "z"):
@@ -584,6 +598,7 @@ def test_overflowed_threads_stay_marked_until_repaired(stores: Stores) -> None:
 # -- quorum -----------------------------------------------------------------------------------
 
 
+@pytest.mark.redis
 def test_quorum_write_refused_before_the_primary_when_replicas_are_down(stores: Stores) -> None:
     """The first write meets a dead replica it did not know of: it is not stored, on the
     primary nor on the replica that took it; then writes are refused before any store is
@@ -628,6 +643,7 @@ async def test_async_quorum_write_refused_too(stores: Stores) -> None:
     assert await primary.aget_tuple(cfg("t", checkpoint_id=second[1]["id"])) is None
 
 
+@pytest.mark.postgres
 def test_quorum_of_one_survives_one_replica_down(stores: Stores) -> None:
     primary, good, bad = stores.new("sqlite"), stores.new("postgres"), stores.unreachable()
     cp = stores.replicated(primary, [good, bad], "quorum", quorum=1, quorum_timeout=10)
@@ -640,6 +656,8 @@ def test_quorum_of_one_survives_one_replica_down(stores: Stores) -> None:
     cp.put(*a_checkpoint(cp, "t", 9, parent, n=9))  # one replica up is a quorum of one
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_quorum_write_returns_once_the_replicas_hold_it(
     mode: str, stores: Stores, loop_thread: LoopThread
@@ -666,6 +684,7 @@ def test_quorum_write_returns_once_the_replicas_hold_it(
     assert r0.get_tuple(cfg("t")) is None and r1.get_tuple(cfg("t")) is None
 
 
+@pytest.mark.redis
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_quorum_write_times_out_on_a_replica_that_does_not_answer(
     mode: str, stores: Stores, loop_thread: LoopThread
@@ -679,7 +698,7 @@ def test_quorum_write_times_out_on_a_replica_that_does_not_answer(
     api = Calls(cp, mode, loop_thread)
     before = api.put(*a_checkpoint(cp, "t", 0, None, n=0))
     args = a_checkpoint(cp, "t", 1, cp.get_tuple(before), n=1)
-    lock = sqlite3.connect(slow.test_path, isolation_level=None)
+    lock = sqlite3.connect(stores.handle(slow).path, isolation_level=None)
     try:
         lock.execute("BEGIN IMMEDIATE")
         with pytest.raises(QuorumUnavailableError, match=r"only 0 of the 1 .*\(no answer within"):
@@ -720,7 +739,7 @@ def test_background_repair_while_writing_never_diverges(stores: Stores, tmp_path
     cp.close()
     assert cp.repair().clean
     assert_same(primary, replica)
-    with SQLiteCheckpointer(replica.test_path) as reopened:
+    with SQLiteCheckpointer(stores.handle(replica).path) as reopened:
         assert_same(primary, reopened)
 
 
@@ -756,6 +775,7 @@ def test_bad_options_are_refused_when_built(stores: Stores) -> None:
     ReplicatedCheckpointer(primary, [r0, r1]).close()  # and these options are fine
 
 
+@pytest.mark.redis
 def test_a_config_without_thread_id_is_refused_and_nothing_replicated(stores: Stores) -> None:
     primary, replica = stores.new("sqlite"), stores.new("redis")
     cp = stores.replicated(primary, [replica])
@@ -806,7 +826,7 @@ def test_a_checkpoint_put_twice_reads_back(stores: Stores) -> None:
     args = a_checkpoint(replica, "t", 0, None, log=["a"])
     replica.put(*args)
     replica.put(*args)  # a retried batch
-    with SQLiteCheckpointer(replica.test_path) as reopened:
+    with SQLiteCheckpointer(stores.handle(replica).path) as reopened:
         assert reopened.get_tuple(cfg("t")).checkpoint["channel_values"]["log"] == ["a"]
 
 
@@ -821,11 +841,13 @@ def test_writes_after_close_are_refused(stores: Stores) -> None:
     assert replica.get_tuple(cfg("t")) is not None  # what came before close was applied
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_process_replicas_quorum_and_an_unreachable_one(stores: Stores) -> None:
     """URL replicas in the replicator process: a quorum write returns once they hold it; one
     that cannot be reached is reported down there, and the primary's writes go on."""
     primary, redis_replica = stores.new("postgres"), stores.new("redis")
-    cp = stores.replicated(primary, [as_url("redis", redis_replica)], "quorum")
+    cp = stores.replicated(primary, [stores.handle(redis_replica).replica_spec()], "quorum")
     cp.put(*a_checkpoint(cp, "q", 0, log=["a"]))
     assert redis_replica.get_tuple(cfg("q")) is not None  # confirmed before put returned
     dead = f"redis://127.0.0.1:{free_port()}/0"

@@ -45,8 +45,9 @@ from langgraph_ckpt_ext.strategies.replicated import (
     ReplicationStatus,
     _unavailable,
 )
+from tests.support.common import LoopThread, conf
+from tests.support.savers import PG_DSN, open_saver, redis_prefix
 
-from .conftest import PG_DSN, LoopThread, cleanup, conf, make_saver, redis_prefix
 from .graphs import chat_graph, human
 from .redis_servers import RedisServer, redis_server
 
@@ -179,6 +180,8 @@ class Api:
 THREADS, TURNS, KILL_AT, RESTART_AT = 3, 30, 8, 20
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 @pytest.mark.parametrize(("consistency", "api"), [
     ("async", "invoke"), ("async", "ainvoke"),
     ("anti_entropy", "invoke"), ("anti_entropy", "ainvoke"),
@@ -186,7 +189,8 @@ THREADS, TURNS, KILL_AT, RESTART_AT = 3, 30, 8, 20
 def test_redis_replica_killed_mid_run(consistency: str, api: str, tmp_path: Path,
                                      loop_thread: LoopThread) -> None:
     anti_entropy = consistency == "anti_entropy"
-    primary = make_saver("postgres", tmp_path)  # a fresh schema
+    primary_h = open_saver("postgres", tmp_path)  # a fresh schema
+    primary = primary_h.saver
     sqlite = SQLiteCheckpointer(tmp_path / "replica.db")
     try:
         with redis_server() as server:
@@ -206,7 +210,7 @@ def test_redis_replica_killed_mid_run(consistency: str, api: str, tmp_path: Path
     finally:
         sqlite.close()
         primary.close()
-        cleanup("postgres", primary)
+        primary_h.cleanup()
 
 
 def _killed_mid_run(cp: ReplicatedCheckpointer, server: RedisServer, primary: Any, redis: Any,
@@ -352,7 +356,8 @@ def outage_setup(fault_db: tuple[str, str], tmp_path: Path, loop_thread: LoopThr
     before the event loop of async calls stops, and before the database is dropped."""
     db, dsn = fault_db
     primary = PostgresCheckpointer(dsn)
-    redis = make_saver("redis", tmp_path)  # the shared server, a key prefix of its own
+    redis_h = open_saver("redis", tmp_path)  # the shared server, a key prefix of its own
+    redis = redis_h.saver
     sqlite = SQLiteCheckpointer(tmp_path / "replica.db")
     try:
         yield {"db": db, "primary": primary, "redis": redis, "sqlite": sqlite,
@@ -360,7 +365,7 @@ def outage_setup(fault_db: tuple[str, str], tmp_path: Path, loop_thread: LoopThr
     finally:
         for saver in (sqlite, redis, primary):
             saver.close()
-        cleanup("redis", redis)
+        redis_h.cleanup()
 
 
 OUTAGE_APIS = pytest.mark.parametrize("api", ["invoke", "ainvoke"])
@@ -376,6 +381,8 @@ def _written(calls: Any, cp: ReplicatedCheckpointer, prefix: str, turns: int) ->
     return threads
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 @OUTAGE_APIS
 def test_primary_unreachable_reads_fail_over_writes_refused(outage_setup: dict[str, Any],
                                                             api: str) -> None:
@@ -442,6 +449,8 @@ def test_primary_unreachable_reads_fail_over_writes_refused(outage_setup: dict[s
         cp.close(timeout=5)
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 @OUTAGE_APIS
 def test_primary_unreachable_promote(outage_setup: dict[str, Any], api: str) -> None:
     db, primary, redis, sqlite = (outage_setup[k] for k in ("db", "primary", "redis", "sqlite"))
@@ -487,6 +496,7 @@ def test_primary_unreachable_promote(outage_setup: dict[str, Any], api: str) -> 
         cp.close(timeout=5)
 
 
+@pytest.mark.postgres
 def test_driver_errors_classified(fault_db: tuple[str, str], tmp_path: Path) -> None:
     """What asyncpg raises for an unreachable database counts as unavailability (fail over,
     retry); what it raises for a request the server refuses does not (raised as it is)."""
@@ -532,11 +542,13 @@ def test_driver_errors_classified(fault_db: tuple[str, str], tmp_path: Path) -> 
         assert _unavailable(exc) is (name not in refused), f"{name}: {exc!r}"
 
 
+@pytest.mark.postgres
 def test_refused_request_is_not_an_outage(tmp_path: Path) -> None:
     """A request refused as the caller's error (a NUL in a thread id, refused by the id rule
     before any I/O on every backend) raises `InvalidConfigError`: no failover, no promotion,
     and nothing queued for the replicas, whichever backend is the primary."""
-    pg = make_saver("postgres", tmp_path)
+    pg_h = open_saver("postgres", tmp_path)
+    pg = pg_h.saver
     (tmp_path / "a").mkdir()
     sqlite = SQLiteCheckpointer(tmp_path / "a" / "replica.db")
     bad, good = "nul\x00thread", f"good-{uuid.uuid4().hex[:8]}"
@@ -573,14 +585,17 @@ def test_refused_request_is_not_an_outage(tmp_path: Path) -> None:
     finally:
         sqlite.close()
         pg.close()
-        cleanup("postgres", pg)
+        pg_h.cleanup()
 
 
 # -- 3. quorum writes with a replica killed ---------------------------------------------------
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_quorum_refuses_writes_while_a_replica_is_dead(tmp_path: Path) -> None:
-    primary = make_saver("postgres", tmp_path)
+    primary_h = open_saver("postgres", tmp_path)
+    primary = primary_h.saver
     sqlite = SQLiteCheckpointer(tmp_path / "replica.db")
     try:
         with redis_server() as server:
@@ -595,7 +610,7 @@ def test_quorum_refuses_writes_while_a_replica_is_dead(tmp_path: Path) -> None:
     finally:
         sqlite.close()
         primary.close()
-        cleanup("postgres", primary)
+        primary_h.cleanup()
 
 
 def _quorum(cp: ReplicatedCheckpointer, server: RedisServer, primary: Any) -> None:
@@ -653,6 +668,8 @@ def _quorum(cp: ReplicatedCheckpointer, server: RedisServer, primary: Any) -> No
     assert_equal_to_primary(primary, {"redis": cp.replicas[0]}, [thread])
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_quorum_write_the_primary_fails_after_the_replicas_took_it(
         outage_setup: dict[str, Any]) -> None:
     """Both replicas confirm a quorum write, then the primary cannot be reached: the caller
@@ -745,8 +762,11 @@ def test_quorum_write_with_the_process_killed_before_the_primary(tmp_path: Path)
 # -- a known defect of the Redis backend ------------------------------------------------------
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_redis_thread_index_after_restart_and_repair(tmp_path: Path) -> None:
-    primary = make_saver("postgres", tmp_path)
+    primary_h = open_saver("postgres", tmp_path)
+    primary = primary_h.saver
     try:
         with redis_server() as server:
             redis = RedisCheckpointer(server.url, key_prefix=redis_prefix())
@@ -768,4 +788,4 @@ def test_redis_thread_index_after_restart_and_repair(tmp_path: Path) -> None:
                 redis.close()
     finally:
         primary.close()
-        cleanup("postgres", primary)
+        primary_h.cleanup()

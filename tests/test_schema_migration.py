@@ -3,6 +3,7 @@ forked by a v3 graph with the upcaster chain; then migrated eagerly, once."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,17 +13,19 @@ from langgraph.types import Command
 
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.migrations import SchemaChain, SchemaVersionError
-from tests.conftest import PERSISTENT, cleanup, conf, make_saver, reopen_saver
 from tests.schema_graphs import CHAIN, graph_v1, graph_v3, is_v3, v1_message, v1_to_v2, v2_to_v3
+from tests.support.common import conf
+from tests.support.savers import PERSISTENT, SaverHandle, open_saver
 
 
-def reopen(backend: str, first: StoreCheckpointer, tmp_path: Path, **kw: Any) -> StoreCheckpointer:
-    """The same storage under a checkpointer given `kw` (a new one where storage persists)."""
-    if backend not in PERSISTENT:
+def reopen(h: SaverHandle, first: StoreCheckpointer, **kw: Any) -> StoreCheckpointer:
+    """`h`'s storage (which `first` writes) under a checkpointer given `kw` (a new one where
+    storage persists)."""
+    if h.backend not in PERSISTENT:
         for k, v in kw.items():
             setattr(first, k, v)
         return first
-    return reopen_saver(backend, first, tmp_path, **kw)
+    return h.reopen(**kw)
 
 
 def write_v1_threads(saver: StoreCheckpointer) -> None:
@@ -36,20 +39,26 @@ def write_v1_threads(saver: StoreCheckpointer) -> None:
 
 
 @pytest.fixture
-def stored_v1(backend: str, tmp_path: Path) -> Any:
+def stored_v1_handle(backend: str, tmp_path: Path) -> Iterator[SaverHandle]:
+    """The storage of `stored_v1`: closed and dropped after the test."""
+    with open_saver(backend, tmp_path) as h:
+        yield h
+
+
+@pytest.fixture
+def stored_v1(stored_v1_handle: SaverHandle, backend: str) -> Any:
     """Threads stored by a v1 graph (no chain), and the v3 checkpointer over the same storage."""
-    v1 = make_saver(backend, tmp_path)
+    v1 = stored_v1_handle.saver
     write_v1_threads(v1)
     if backend in PERSISTENT:
         v1.close()
-    v3 = reopen(backend, v1, tmp_path, schema_chain=CHAIN)
+    v3 = reopen(stored_v1_handle, v1, schema_chain=CHAIN)
     yield v3
     v3.close()
-    cleanup(backend, v3)
 
 
 def test_v3_graph_reads_resumes_and_forks_v1_threads(
-    stored_v1: StoreCheckpointer, backend: str, tmp_path: Path
+    stored_v1: StoreCheckpointer, stored_v1_handle: SaverHandle, backend: str, tmp_path: Path
 ) -> None:
     saver = stored_v1
     g3 = graph_v3().compile(checkpointer=saver)
@@ -112,7 +121,7 @@ def test_v3_graph_reads_resumes_and_forks_v1_threads(
     # with the first checkpoint holding them (read here by a process with no chain and no
     # memory of those runs)
     if backend in PERSISTENT:
-        fresh = reopen(backend, saver, tmp_path)
+        fresh = reopen(stored_v1_handle, saver)
         try:
             g = graph_v3().compile(checkpointer=fresh)
             for thread in ("paused", "done"):
@@ -191,17 +200,18 @@ def test_chosen_threads_only(stored_v1: StoreCheckpointer) -> None:
 
 
 def test_new_checkpoints_are_stamped_and_need_no_upgrade(backend: str, tmp_path: Path) -> None:
-    saver = make_saver(backend, tmp_path, schema_chain=CHAIN)
+    saver_h = open_saver(backend, tmp_path, schema_chain=CHAIN)
+    saver = saver_h.saver
     try:
         g3 = graph_v3().compile(checkpointer=saver)
         g3.invoke({"messages": [HumanMessage("hi")]}, conf("fresh"))
         assert all(t.metadata["schema_version"] == 3 for t in saver.list(conf("fresh")))
         assert saver.migrate_threads().checkpoints_migrated == 0
         with pytest.raises(Exception, match="schema_chain"):
-            make_saver("memory", tmp_path).migrate_threads()
+            open_saver("memory", tmp_path).saver.migrate_threads()
     finally:
         saver.close()
-        cleanup(backend, saver)
+        saver_h.cleanup()
 
 
 async def test_async_paths(stored_v1: StoreCheckpointer) -> None:
@@ -248,12 +258,13 @@ def stored_values(saver: StoreCheckpointer, thread: str) -> list[tuple[Any, Any]
 
 @pytest.fixture
 def mixed(backend: str, tmp_path: Path) -> Any:
-    saver = make_saver(backend, tmp_path)
+    saver_h = open_saver(backend, tmp_path)
+    saver = saver_h.saver
     write_mixed_store(saver)
     saver.schema_chain = CHAIN  # the echo graph's code, now at v3
     yield saver
     saver.close()
-    cleanup(backend, saver)
+    saver_h.cleanup()
 
 
 def test_new_checkpoints_carry_the_chain_name(mixed: StoreCheckpointer) -> None:

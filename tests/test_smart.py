@@ -24,8 +24,8 @@ from langgraph_ckpt_ext import (
     SmartCheckpointer,
 )
 from langgraph_ckpt_ext.strategies import AnyOf, ThreadActivity
+from tests.support.savers import SaverHandle, open_saver, params
 
-from .conftest import cleanup, make_saver
 from .graphs import approval_graph, chat_graph, human
 
 
@@ -65,7 +65,8 @@ def test_policies_combine_and_hybrid_adapts() -> None:
 
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
 def test_events_policy_buffers_a_run_and_serves_it(backend: str, tmp_path: Path) -> None:
-    inner = make_saver(backend, tmp_path)
+    inner_h = open_saver(backend, tmp_path)
+    inner = inner_h.saver
     smart = SmartCheckpointer(inner, OnEvents(events=frozenset({"interrupt"})))
     try:
         graph = chat_graph().compile(checkpointer=smart)
@@ -88,7 +89,7 @@ def test_events_policy_buffers_a_run_and_serves_it(backend: str, tmp_path: Path)
     finally:
         smart.close()
         inner.close()
-        cleanup(backend, inner)
+        inner_h.cleanup()
 
 
 def test_an_interrupt_is_written_at_once_whatever_the_policy() -> None:
@@ -271,12 +272,14 @@ class GatedStore:
         return await self._inner.write_batch(items)
 
 
-def _gated(kind: str, tmp_path: Path, gates: int) -> tuple[Any, GatedStore]:
-    inner = make_saver(kind, tmp_path)
+def _gated(kind: str, tmp_path: Path, gates: int) -> tuple[SaverHandle, GatedStore]:
+    """A backend's saver (in its handle) whose store writes batches through a `GatedStore`."""
+    inner_h = open_saver(kind, tmp_path)
+    inner = inner_h.saver
     inner.setup()
     gated = GatedStore(inner._store, gates)
     inner._store = gated  # type: ignore[assignment]
-    return inner, gated
+    return inner_h, gated
 
 
 async def _run_two_batches(smart: SmartCheckpointer) -> tuple[asyncio.Task[None], Any]:
@@ -309,9 +312,10 @@ async def _astored_plan(inner: Any) -> list[tuple[str, list[Any]]]:
             async for t in inner.alist(cfg("g"))]
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres", "redis"])
+@pytest.mark.parametrize("kind", params(["memory", "sqlite", "postgres", "redis"]))
 def test_a_batch_carries_the_one_still_out_instead_of_waiting(kind: str, tmp_path: Path) -> None:
-    inner, gated = _gated(kind, tmp_path, gates=1)
+    inner_h, gated = _gated(kind, tmp_path, gates=1)
+    inner = inner_h.saver
     smart = SmartCheckpointer(inner, OnEvents())
 
     async def main() -> None:
@@ -329,14 +333,15 @@ def test_a_batch_carries_the_one_still_out_instead_of_waiting(kind: str, tmp_pat
         asyncio.run(_closing(inner, main()))
     finally:
         smart.close()
-        cleanup(kind, inner)
+        inner_h.cleanup()
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", params(["sqlite", "postgres"]))
 def test_a_lost_batch_carried_by_a_stored_one_is_not_written_again(
     kind: str, tmp_path: Path
 ) -> None:
-    inner, gated = _gated(kind, tmp_path, gates=1)
+    inner_h, gated = _gated(kind, tmp_path, gates=1)
+    inner = inner_h.saver
     gated.fail = {0}
     smart = SmartCheckpointer(inner, OnEvents())
 
@@ -355,14 +360,15 @@ def test_a_lost_batch_carried_by_a_stored_one_is_not_written_again(
         asyncio.run(_closing(inner, main()))
     finally:
         smart.close()
-        cleanup(kind, inner)
+        inner_h.cleanup()
 
 
 @pytest.mark.parametrize("first_fails", [True, False])
 def test_when_the_carrying_batch_fails_everything_goes_back_in_order(
     first_fails: bool, tmp_path: Path
 ) -> None:
-    inner, gated = _gated("sqlite", tmp_path, gates=1)
+    inner_h, gated = _gated("sqlite", tmp_path, gates=1)
+    inner = inner_h.saver
     gated.fail = {0, 1} if first_fails else {1}
     smart = SmartCheckpointer(inner, OnEvents())
 

@@ -21,8 +21,9 @@ from langgraph.types import Command
 from langgraph_ckpt_ext import SmartCheckpointer
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.strategies.policies import Periodic
+from tests.support.common import LoopThread, conf
+from tests.support.savers import SaverHandle, open_saver, params
 
-from .conftest import LoopThread, cleanup, conf, make_saver
 from .graphs import approval_graph, chat_graph, fan_graph, human, subgraph_graph
 from .test_audit import assert_clean, verify_fresh
 
@@ -53,17 +54,21 @@ class Recording(SmartCheckpointer):
         return await super().aput(config, checkpoint, metadata, new_versions)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=params(BACKENDS))
 def store_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
-def audited(store_backend: str, tmp_path: Path) -> Iterator[StoreCheckpointer]:
-    cp = make_saver(store_backend, tmp_path, audit=True)
-    yield cp
-    cp.close()
-    cleanup(store_backend, cp)
+def audited_store_handle(store_backend: str, tmp_path: Path) -> Iterator[SaverHandle]:
+    with open_saver(store_backend, tmp_path, audit=True) as h:
+        yield h
+
+
+@pytest.fixture
+def audited_store(audited_store_handle: SaverHandle) -> StoreCheckpointer:
+    """An audited checkpointer of `store_backend` (its storage in `audited_store_handle`)."""
+    return audited_store_handle.saver  # type: ignore[no-any-return]
 
 
 def assert_stored_as_put(inner: StoreCheckpointer, smart: Recording, threads: list[str],
@@ -81,25 +86,27 @@ def assert_stored_as_put(inner: StoreCheckpointer, smart: Recording, threads: li
 
 
 def test_two_runs_in_one_flush_verify_clean(
-    audited: StoreCheckpointer, store_backend: str, tmp_path: Path
+    audited_store: StoreCheckpointer, audited_store_handle: SaverHandle, store_backend: str,
+    tmp_path: Path
 ) -> None:
     """The reported case: two turns buffered, then one flush."""
-    smart = Recording(audited, Periodic(3600))
+    smart = Recording(audited_store, Periodic(3600))
     chat = chat_graph().compile(checkpointer=smart)
     for i in range(2):
         chat.invoke({"messages": [human(f"hi {i}")]}, conf("two"))
     smart.flush()
-    assert_clean(audited.verify("two"), 6)
+    assert_clean(audited_store.verify("two"), 6)
     assert_clean(smart.verify("two"), 6)  # type: ignore[attr-defined]
-    assert_clean(verify_fresh(store_backend, audited, tmp_path, "two"), 6)
-    assert_stored_as_put(audited, smart, ["two"])
+    assert_clean(verify_fresh(audited_store_handle, audited_store, "two"), 6)
+    assert_stored_as_put(audited_store, smart, ["two"])
     smart.close()
 
 
 def test_buffered_runs_store_the_checkpoints_as_put(store_backend: str, tmp_path: Path) -> None:
     """Audit off: a flush after several runs stores each checkpoint's versions as put (the
     previous run's last checkpoint does not take the next run's input version)."""
-    inner = make_saver(store_backend, tmp_path)
+    inner_h = open_saver(store_backend, tmp_path)
+    inner = inner_h.saver
     try:
         smart = Recording(inner, Periodic(3600))
         chat = chat_graph().compile(checkpointer=smart)
@@ -115,7 +122,7 @@ def test_buffered_runs_store_the_checkpoints_as_put(store_backend: str, tmp_path
         smart.close()
     finally:
         inner.close()
-        cleanup(store_backend, inner)
+        inner_h.cleanup()
 
 
 class Turns:
@@ -151,13 +158,14 @@ class Turns:
 
 @pytest.mark.parametrize(("seed", "coalesce"), [(1, False), (2, False), (3, True)])
 def test_random_turns_and_flush_points_verify_clean(
-    audited: StoreCheckpointer, store_backend: str, tmp_path: Path, seed: int, coalesce: bool
+    audited_store: StoreCheckpointer, audited_store_handle: SaverHandle, store_backend: str,
+    tmp_path: Path, seed: int, coalesce: bool
 ) -> None:
     """Property: whatever the buffer holds at a flush (several runs, interrupts, several
     threads, a subgraph's namespace), every checkpoint verifies clean and is stored as put
     (coalescing: each one kept)."""
     rng = random.Random(seed)
-    smart = Recording(audited, Periodic(3600), coalesce=coalesce)
+    smart = Recording(audited_store, Periodic(3600), coalesce=coalesce)
     turns = Turns(smart, f"r{seed}-")
     for _ in range(12):
         graph, inp, cfg = turns.next(rng.choice(list(turns.graphs)))
@@ -167,19 +175,20 @@ def test_random_turns_and_flush_points_verify_clean(
     smart.close()
     threads = [turns.threads[n] for n in turns.graphs if turns.count[n]]
     for thread in threads:
-        assert_clean(audited.verify(thread))
-        assert_clean(verify_fresh(store_backend, audited, tmp_path, thread))
-    assert_stored_as_put(audited, smart, threads, every=not coalesce)
+        assert_clean(audited_store.verify(thread))
+        assert_clean(verify_fresh(audited_store_handle, audited_store, thread))
+    assert_stored_as_put(audited_store, smart, threads, every=not coalesce)
 
 
 @pytest.mark.parametrize("seed", [4, 5])
 def test_random_async_turns_verify_clean(
-    audited: StoreCheckpointer, store_backend: str, tmp_path: Path, seed: int,
+    audited_store: StoreCheckpointer, audited_store_handle: SaverHandle, store_backend: str,
+    tmp_path: Path, seed: int,
     loop_thread: LoopThread,
 ) -> None:
     """The same property through `ainvoke` and `aflush`."""
     rng = random.Random(seed)
-    smart = Recording(audited, Periodic(3600))
+    smart = Recording(audited_store, Periodic(3600))
     turns = Turns(smart, f"a{seed}-")
     for _ in range(10):
         graph, inp, cfg = turns.next(rng.choice(list(turns.graphs)))
@@ -189,5 +198,5 @@ def test_random_async_turns_verify_clean(
     loop_thread.run(smart.aclose())
     threads = [turns.threads[n] for n in turns.graphs if turns.count[n]]
     for thread in threads:
-        assert_clean(loop_thread.run(audited.averify(thread)))
-    assert_stored_as_put(audited, smart, threads)
+        assert_clean(loop_thread.run(audited_store.averify(thread)))
+    assert_stored_as_put(audited_store, smart, threads)

@@ -12,6 +12,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from langgraph_ckpt_ext.core.rows import BlobRow, MigrationEntry, WriteRow
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.core.store import Store
+from tests.support.savers import open_saver
 
 
 def _run(cp: StoreCheckpointer, coro: Any) -> Any:
@@ -111,16 +112,11 @@ def test_rewrite_replaces_row_blobs_and_writes_once(saver: StoreCheckpointer) ->
 
 def test_rewrite_entry_survives_a_new_checkpointer(backend: str, tmp_path: Any) -> None:
     """The log is stored, not held in the process (except on the in-memory backend)."""
-    from tests.conftest import cleanup, make_saver
 
     if backend in ("memory", "sqlite-memory"):
         return
-    first = make_saver(backend, tmp_path)
-    options: dict[str, Any] = {}
-    if backend == "postgres":
-        options["schema"] = first.test_schema  # type: ignore[attr-defined]
-    elif backend.startswith("redis"):
-        options["key_prefix"] = first.test_prefix  # type: ignore[attr-defined]
+    first_h = open_saver(backend, tmp_path)
+    first = first_h.saver
     try:
         _run(first, first.asetup())
         _seed(first, "t-1")
@@ -128,14 +124,14 @@ def test_rewrite_entry_survives_a_new_checkpointer(backend: str, tmp_path: Any) 
         entry = MigrationEntry("t-1", "", row.checkpoint_id, 1, 2, 1234.5)
         assert _run(first, first._store.rewrite_checkpoint(row, [], None, entry))
         first.close()
-        second = make_saver(backend, tmp_path, **options)
+        second = first_h.reopen()
         try:
             assert _run(second, second._store.read_migrations()) == [entry]
             assert not _run(second, second._store.rewrite_checkpoint(row, [], None, entry))
         finally:
             second.close()
     finally:
-        cleanup(backend, first)
+        first_h.cleanup()
 
 
 def test_rewrite_stores_deltas_on_a_present_base_and_whole_values_otherwise(

@@ -26,8 +26,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from langgraph_ckpt_ext import ReplicatedCheckpointer, SmartCheckpointer
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
+from tests.support.savers import open_saver, params
 
-from .conftest import cleanup, make_saver
 from .diff_graphs import (
     Reader,
     approval_tools_graph,
@@ -59,7 +59,7 @@ class Setup:
         self.cleanups: list[Callable[[], None]] = []
         kind, _, rest = variant.partition(":")
         if kind == "memory":
-            inner = make_saver("memory", tmp, serde=diff_serde())
+            inner = open_saver("memory", tmp, serde=diff_serde()).saver
             self.saver: Any = inner
             fresh = StoreCheckpointer(inner._store, serde=diff_serde())
             self.fresh_graph = diff_graph().compile(checkpointer=fresh)
@@ -70,27 +70,22 @@ class Setup:
             backend, _, replica_kind = rest.partition("+")
         else:
             backend, replica_kind = kind, ""
-        primary = make_saver(backend, tmp, serde=diff_serde())
-        self.primary = primary
-        self.cleanups.append(lambda: cleanup(backend, primary))
+        primary_h = open_saver(backend, tmp, serde=diff_serde())
+        self.primary = primary = primary_h.saver
+        self.cleanups.append(primary_h.cleanup)
         if kind == "smart":
             self.saver = SmartCheckpointer(primary)
         elif kind.startswith("replicated"):
             rtmp = tmp / "replica"
             rtmp.mkdir()
-            replica = make_saver(replica_kind, rtmp, serde=diff_serde())
-            self.replica = replica
-            self.cleanups.append(lambda: cleanup(replica_kind, replica))
+            replica_h = open_saver(replica_kind, rtmp, serde=diff_serde())
+            self.replica = replica = replica_h.saver
+            self.cleanups.append(replica_h.cleanup)
             mode = "quorum" if kind == "replicated-quorum" else "async"
             self.saver = ReplicatedCheckpointer(primary, [replica], consistency=mode)
         else:
             self.saver = primary
-        options: dict[str, Any] = {}
-        if backend == "postgres":
-            options["schema"] = primary.test_schema  # type: ignore[attr-defined]
-        elif backend == "redis":
-            options["key_prefix"] = primary.test_prefix  # type: ignore[attr-defined]
-        self.reader = Reader(backend, tmp, options)
+        self.reader = Reader(backend, tmp, primary_h.options())
 
     def settle(self) -> None:
         flush = getattr(self.saver, "flush", None)
@@ -115,8 +110,8 @@ class Setup:
             fn()
 
 
-@pytest.fixture(params=list(VARIANTS))
-def setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
+@pytest.fixture(params=params(list(VARIANTS)))
+def variant_setup(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
     s = Setup(request.param, tmp_path)
     yield s
     s.close()
@@ -200,15 +195,15 @@ def _run_seed(setup: Setup, seed: int) -> None:
     assert _history(graph, config) == _history(ref, config), f"history differs; seed {seed}"
 
 
-def test_state_read_anywhere_equals_langgraphs(setup: Setup) -> None:
-    for seed in _seeds(setup.variant):
-        _run_seed(setup, seed)
-    replica = getattr(setup, "replica", None)
+def test_state_read_anywhere_equals_langgraphs(variant_setup: Setup) -> None:
+    for seed in _seeds(variant_setup.variant):
+        _run_seed(variant_setup, seed)
+    replica = getattr(variant_setup, "replica", None)
     if replica is not None:  # what the replica stored reads back the same too
-        setup.settle()
-        for seed in _seeds(setup.variant)[:5]:
+        variant_setup.settle()
+        for seed in _seeds(variant_setup.variant)[:5]:
             config = {"configurable": {"thread_id": f"s{seed}"}}
-            graph = diff_graph().compile(checkpointer=setup.saver)
+            graph = diff_graph().compile(checkpointer=variant_setup.saver)
             mirror = diff_graph().compile(checkpointer=replica)
             assert _history(mirror, config) == _history(graph, config), f"replica, seed {seed}"
 
@@ -219,7 +214,7 @@ EDIT_VARIANTS = ["memory", "sqlite", "postgres", "redis", "smart:sqlite",
                  "replicated:postgres+sqlite"]
 
 
-@pytest.mark.parametrize("variant", EDIT_VARIANTS)
+@pytest.mark.parametrize("variant", params(EDIT_VARIANTS))
 def test_edit_before_approve_survives_a_restart(variant: str, tmp_path: Path) -> None:
     setup = Setup(variant, tmp_path)
     try:

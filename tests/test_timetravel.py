@@ -28,8 +28,8 @@ from langgraph_ckpt_ext.timetravel import (
     lineage,
     replay,
 )
+from tests.support.common import conf
 
-from .conftest import conf
 from .graphs import approval_graph, chat_graph, fan_graph, human, subgraph_graph
 
 

@@ -42,26 +42,27 @@ from langgraph_ckpt_ext.transfer import (
     thread_ids,
     thread_tuples,
 )
+from tests.support.savers import SaverHandle, open_saver, params
 
-from .conftest import cleanup, make_saver
 from .transfer_graphs import CONTINUE, cfg, history, official_postgres, official_sqlite, plain
 from .transfer_graphs import write_threads as write_official_threads
 
 TARGETS = ["memory", "sqlite", "postgres", "redis"]
 
 
-@pytest.fixture(params=TARGETS)
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreCheckpointer]:
-    cp = make_saver(request.param, tmp_path)
+@pytest.fixture(params=params(TARGETS))
+def transfer_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreCheckpointer]:
+    cp_h = open_saver(request.param, tmp_path)
+    cp = cp_h.saver
     yield cp
     cp.close()
-    cleanup(request.param, cp)
+    cp_h.cleanup()
 
 
-def _make(kind: str, tmp_path: Path) -> StoreCheckpointer:
+def _make(kind: str, tmp_path: Path) -> SaverHandle:
     sub = tmp_path / kind
     sub.mkdir(exist_ok=True)
-    return make_saver(kind, sub)
+    return open_saver(kind, sub)
 
 
 def _equal_everywhere(a: Any, b: Any, threads: list[str] | None = None) -> None:
@@ -76,28 +77,28 @@ def _equal_everywhere(a: Any, b: Any, threads: list[str] | None = None) -> None:
 # -- from LangGraph's official savers ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("official", ["sqlite", "postgres"])
+@pytest.mark.parametrize("official", params(["sqlite", "postgres"]))
 def test_official_threads_resume_the_same_in_each_backend(
-    official: str, target: StoreCheckpointer, tmp_path: Path
+    official: str, transfer_target: StoreCheckpointer, tmp_path: Path
 ) -> None:
     made = official_sqlite(tmp_path) if official == "sqlite" else official_postgres()
     with made as (url, writable):
         with open_official(url) as source:
-            report = copy_threads(source, target)
+            report = copy_threads(source, transfer_target)
             assert report.ok and report.threads_copied == len(CONTINUE)
             assert report.threads_verified == len(CONTINUE) and not report.blocked_types
-            _equal_everywhere(source, target)
+            _equal_everywhere(source, transfer_target)
             for thread, (builder, _) in CONTINUE.items():
                 theirs = builder().compile(checkpointer=source)
-                ours = builder().compile(checkpointer=target)
+                ours = builder().compile(checkpointer=transfer_target)
                 assert history(ours, thread) == history(theirs, thread), thread
             # Imported again: every thread is there already, equal.
-            again = copy_threads(source, target)
+            again = copy_threads(source, transfer_target)
             assert (again.threads_copied, again.threads_skipped) == (0, len(CONTINUE))
         with writable() as saver:  # the official saver, writable, runs the same steps
             for thread, (builder, steps) in CONTINUE.items():
                 theirs = builder().compile(checkpointer=saver)
-                ours = builder().compile(checkpointer=target)
+                ours = builder().compile(checkpointer=transfer_target)
                 for step in steps:
                     expected = plain(theirs.invoke(step, cfg(thread)))
                     assert plain(ours.invoke(step, cfg(thread))) == expected, thread
@@ -106,6 +107,7 @@ def test_official_threads_resume_the_same_in_each_backend(
                 assert not ours.get_state(cfg(thread)).next
 
 
+@pytest.mark.postgres
 def test_official_source_is_read_only(tmp_path: Path) -> None:
     with official_sqlite(tmp_path) as (url, _), open_official(url) as source:
         with pytest.raises(Exception, match=r"readonly|read-only"):
@@ -172,56 +174,60 @@ def source(tmp_path: Path) -> Iterator[StoreCheckpointer]:
 
 
 def test_copy_between_backends_is_resumable_and_verified(
-    source: StoreCheckpointer, target: StoreCheckpointer
+    source: StoreCheckpointer, transfer_target: StoreCheckpointer
 ) -> None:
     seen: list[tuple[int, int]] = []
-    report = copy_threads(source, target, concurrency=3, progress=lambda d, t: seen.append((d, t)))
+    report = copy_threads(source, transfer_target, concurrency=3,
+                          progress=lambda d, t: seen.append((d, t)))
     total = len(thread_ids(source))
     assert report.ok and report.threads_copied == report.threads_verified == total
     assert seen[-1] == (total, total) and len(seen) == total
-    _equal_everywhere(source, target)
-    assert copy_threads(source, target).threads_skipped == total
+    _equal_everywhere(source, transfer_target)
+    assert copy_threads(source, transfer_target).threads_skipped == total
 
 
-def test_partial_thread_is_completed(source: StoreCheckpointer, target: StoreCheckpointer) -> None:
+def test_partial_thread_is_completed(
+    source: StoreCheckpointer, transfer_target: StoreCheckpointer
+) -> None:
     """A thread cut short in the target (an older copy: its first checkpoints, some without
     their writes) is completed, not refused."""
     tuples = thread_tuples(source, "fork")
     head = [Missing(t, True, frozenset()) for t in tuples[:3]]  # no writes at all
-    put_thread(target, "fork", tuples, head)
-    d = diff_thread(target.serde, "fork", tuples, thread_tuples(target, "fork"))
+    put_thread(transfer_target, "fork", tuples, head)
+    d = diff_thread(transfer_target.serde, "fork", tuples, thread_tuples(transfer_target, "fork"))
     assert d.conflict is None and d.missing
-    report = copy_threads(source, target, ["fork"])
+    report = copy_threads(source, transfer_target, ["fork"])
     assert report.ok and report.threads_copied == 1
     assert report.checkpoints == len(tuples) - 3
-    _equal_everywhere(source, target, ["fork"])
+    _equal_everywhere(source, transfer_target, ["fork"])
 
 
 def test_conflict_refused_before_writing_then_overwritten(
-    source: StoreCheckpointer, target: StoreCheckpointer
+    source: StoreCheckpointer, transfer_target: StoreCheckpointer
 ) -> None:
     from .graphs import chat_graph, human
 
-    chat_graph().compile(checkpointer=target).invoke({"messages": [human("other")]}, cfg("chat"))
-    before = {t: thread_tuples(target, t) for t in thread_ids(target)}
+    chat_graph().compile(checkpointer=transfer_target).invoke(
+        {"messages": [human("other")]}, cfg("chat"))
+    before = {t: thread_tuples(transfer_target, t) for t in thread_ids(transfer_target)}
     with pytest.raises(ThreadExistsError, match=r"'chat'.*overwrite"):
-        copy_threads(source, target)
-    assert thread_ids(target) == ["chat"]  # nothing copied, not even the other threads
-    assert [t.checkpoint for t in thread_tuples(target, "chat")] == [
+        copy_threads(source, transfer_target)
+    assert thread_ids(transfer_target) == ["chat"]  # nothing copied, not even the other threads
+    assert [t.checkpoint for t in thread_tuples(transfer_target, "chat")] == [
         t.checkpoint for t in before["chat"]]
-    report = copy_threads(source, target, overwrite=True)
+    report = copy_threads(source, transfer_target, overwrite=True)
     assert report.ok and report.threads_copied == len(thread_ids(source))
-    _equal_everywhere(source, target)
+    _equal_everywhere(source, transfer_target)
 
 
 def test_unknown_thread_refused_before_writing(
-    source: StoreCheckpointer, target: StoreCheckpointer
+    source: StoreCheckpointer, transfer_target: StoreCheckpointer
 ) -> None:
     with pytest.raises(ThreadNotFoundError, match="'nope' is not in the source"):
-        copy_threads(source, target, ["chat", "nope"])
-    assert thread_ids(target) == []
+        copy_threads(source, transfer_target, ["chat", "nope"])
+    assert thread_ids(transfer_target) == []
     with pytest.raises(ValueError, match="not one string"):
-        copy_threads(source, target, "chat")
+        copy_threads(source, transfer_target, "chat")
 
 
 def test_verification_finds_what_reads_back_different(
@@ -259,27 +265,29 @@ def _long_thread(saver: Any, thread: str, n: int) -> None:
 
 
 @pytest.mark.parametrize("batch_size", [100_000, 97])
-def test_long_thread(target: StoreCheckpointer, batch_size: int) -> None:
+def test_long_thread(transfer_target: StoreCheckpointer, batch_size: int) -> None:
     """A long thread lands in one batch (one transaction or script), or in several when it is
     longer than batch_size; either way equal, its list values rebuilt from their deltas."""
     src = InMemoryCheckpointer()
     _long_thread(src, "long", 400)
-    report = copy_threads(src, target, batch_size=batch_size)
+    report = copy_threads(src, transfer_target, batch_size=batch_size)
     assert report.ok and report.checkpoints == 400 and report.writes == 800
-    _equal_everywhere(src, target)
-    latest = target.get_tuple(cfg("long"))
+    _equal_everywhere(src, transfer_target)
+    latest = transfer_target.get_tuple(cfg("long"))
     assert latest is not None and len(latest.checkpoint["channel_values"]["log"]) == 400
 
 
+@pytest.mark.postgres
 def test_acopy_threads(source: StoreCheckpointer, tmp_path: Path) -> None:
-    target = _make("postgres", tmp_path)
+    target_h = _make("postgres", tmp_path)
+    target = target_h.saver
     try:
         report = asyncio.run(acopy_threads(source, target))
         assert report.ok
         _equal_everywhere(source, target)
     finally:
         target.close()
-        cleanup("postgres", target)
+        target_h.cleanup()
 
 
 @dataclass
@@ -324,7 +332,7 @@ def _export(saver: Any, threads: list[str] | None = None) -> str:
     return buf.getvalue()
 
 
-def test_jsonl_round_trip(source: StoreCheckpointer, target: StoreCheckpointer,
+def test_jsonl_round_trip(source: StoreCheckpointer, transfer_target: StoreCheckpointer,
                           tmp_path: Path) -> None:
     text = _export(source)
     lines = text.splitlines()
@@ -338,14 +346,14 @@ def test_jsonl_round_trip(source: StoreCheckpointer, target: StoreCheckpointer,
             "checkpoint", "metadata", "writes"} <= set(line)
     path = tmp_path / "threads.jsonl"
     path.write_text(text)
-    report = import_jsonl(path, target)
+    report = import_jsonl(path, transfer_target)
     assert report.ok and report.threads_copied == len(thread_ids(source))
-    _equal_everywhere(source, target)
+    _equal_everywhere(source, transfer_target)
     # From a pipe (not seekable), as text: spooled, and already there.
-    again = import_jsonl(_Pipe(text.encode()), target)
+    again = import_jsonl(_Pipe(text.encode()), transfer_target)
     assert again.threads_skipped == len(thread_ids(source))
     # Exported again from the target: the same lines, but the time in the header.
-    assert _export(target).splitlines()[1:] == lines[1:]
+    assert _export(transfer_target).splitlines()[1:] == lines[1:]
     with open_jsonl(io.BytesIO(text.encode())) as src:
         assert thread_ids(src) == thread_ids(source)
 

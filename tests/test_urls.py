@@ -30,8 +30,9 @@ from langgraph_ckpt_ext import (
 )
 from langgraph_ckpt_ext.core.errors import InvalidConfigError, StoreUnavailableError
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
+from tests.support.common import conf
+from tests.support.savers import PG_DSN, REDIS_URL, drop_pg_schemas, drop_redis_prefixes, params
 
-from .conftest import PG_DSN, REDIS_URL, conf, drop_pg_schemas, drop_redis_prefixes
 from .graphs import chat_graph, human
 from .test_cli import free_port
 
@@ -139,6 +140,7 @@ def test_bad_option_values_refused(in_tmp: Path, url: str, words: list[str]) -> 
     assert list(in_tmp.iterdir()) == []
 
 
+@pytest.mark.postgres
 def test_postgres_options() -> None:
     schema = f"lgx_test_{uuid.uuid4().hex[:12]}"
     url = (f"{PG_DSN}?schema={schema}&min_size=1&max_size=3&application_name=lgx_urls"
@@ -160,6 +162,7 @@ def test_postgres_options() -> None:
         drop_pg_schemas(schema)
 
 
+@pytest.mark.redis
 def test_redis_options() -> None:
     prefix = f"lgxtest-{uuid.uuid4().hex[:12]}"
     url = f"{REDIS_URL}?key_prefix={prefix}&ttl=60&socket_timeout=7"
@@ -218,6 +221,7 @@ def test_redacted_form(url: str) -> None:
     assert all("***" in text for text in texts)
 
 
+@pytest.mark.postgres
 def test_password_never_in_errors_repr_or_logs(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     closed = free_port()
@@ -323,7 +327,7 @@ def _warm_up(backend: str, tmp_path: Path) -> None:
     clean()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", params(BACKENDS))
 def test_from_conn_string_with(backend: str, tmp_path: Path) -> None:
     _warm_up(backend, tmp_path)
     cls, conn, clean = _factory(backend, tmp_path)
@@ -339,7 +343,7 @@ def test_from_conn_string_with(backend: str, tmp_path: Path) -> None:
         clean()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", params(BACKENDS))
 def test_from_conn_string_async_with(backend: str, tmp_path: Path) -> None:
     _warm_up(backend, tmp_path)
     cls, conn, clean = _factory(backend, tmp_path)
@@ -358,7 +362,7 @@ def test_from_conn_string_async_with(backend: str, tmp_path: Path) -> None:
         clean()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", params(BACKENDS))
 @pytest.mark.parametrize("wrapper", ["smart", "replicated"])
 def test_wrappers_from_conn_string(backend: str, wrapper: str, tmp_path: Path) -> None:
     """`with` and `async with` on each wrapper's `from_conn_string`: it opens the inner

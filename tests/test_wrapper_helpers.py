@@ -20,8 +20,9 @@ from langgraph_ckpt_ext import (
     SmartCheckpointer,
 )
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
+from tests.support.common import LoopThread, conf
+from tests.support.savers import open_saver, params
 
-from .conftest import LoopThread, cleanup, conf, make_saver
 from .graphs import chat_graph, human
 from .schema_graphs import CHAIN, graph_v1, graph_v3, is_v3, v1_message
 
@@ -37,7 +38,8 @@ class Setup:
     def __init__(self, backend: str, wrapper: str, tmp_path: Path, **options: Any) -> None:
         self.backend, self.kind = backend, wrapper
         self.loop = LoopThread()
-        self.inner = make_saver(backend, tmp_path, **options)
+        self.handle = open_saver(backend, tmp_path, **options)
+        self.inner = self.handle.saver
         self.replica: StoreCheckpointer | None = None
         self.cp: Any
         if wrapper == "smart":  # nothing is written before a thread is an hour old
@@ -57,11 +59,11 @@ class Setup:
         self.cp.close()
         self.inner.close()
         self.loop.stop()
-        cleanup(self.backend, self.inner)
+        self.handle.cleanup()
 
 
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
+@pytest.fixture(params=params(BACKENDS))
+def inner_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
@@ -71,8 +73,8 @@ def wrapper(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def setup(backend: str, wrapper: str, tmp_path: Path) -> Iterator[Setup]:
-    s = Setup(backend, wrapper, tmp_path, audit=True)
+def wrapped_setup(inner_backend: str, wrapper: str, tmp_path: Path) -> Iterator[Setup]:
+    s = Setup(inner_backend, wrapper, tmp_path, audit=True)
     yield s
     s.close()
 
@@ -90,53 +92,53 @@ async def collect(it: Any) -> list[Any]:
 # -- time travel ------------------------------------------------------------------------------
 
 
-def test_time_travel_methods(setup: Setup) -> None:
-    cp = setup.cp
+def test_time_travel_methods(wrapped_setup: Setup) -> None:
+    cp = wrapped_setup.cp
     graph = chat_graph().compile(checkpointer=cp)
     for turn in range(2):
         graph.invoke({"messages": [human(f"turn {turn}")]}, conf("t"))
-    if setup.kind == "smart":  # the whole thread is still buffered: read through the buffer
-        assert setup.stored("t") == 0
+    if wrapped_setup.kind == "smart":  # the whole thread is still buffered: read through the buffer
+        assert wrapped_setup.stored("t") == 0
     listed = [t.config["configurable"]["checkpoint_id"] for t in cp.list(conf("t"))]
 
     entries = list(cp.history("t"))
     assert [e.checkpoint_id for e in entries] == listed
-    assert [e.checkpoint_id for e in setup.run(collect(cp.ahistory("t")))] == listed
+    assert [e.checkpoint_id for e in wrapped_setup.run(collect(cp.ahistory("t")))] == listed
     page = cp.history_page("t", size=2)
     assert [e.checkpoint_id for e in page.entries] == listed[:2]
-    apage = setup.run(cp.ahistory_page("t", size=2))
+    apage = wrapped_setup.run(cp.ahistory_page("t", size=2))
     assert [e.checkpoint_id for e in apage.entries] == listed[:2]
 
     newest, oldest = entries[0], entries[-1]
     assert cp.inspect(newest.config).values["turns"] == 2
-    assert setup.run(cp.ainspect(newest.config)).values["turns"] == 2
+    assert wrapped_setup.run(cp.ainspect(newest.config)).values["turns"] == 2
     d = cp.diff(entries[2].config, newest.config)
     assert d and d.apply(cp.inspect(entries[2].config).values) == (
         cp.inspect(newest.config).values)
-    assert setup.run(cp.adiff(entries[2].config, newest.config))
+    assert wrapped_setup.run(cp.adiff(entries[2].config, newest.config))
 
     assert len(cp.replay(oldest.config, newest.config)) == len(entries) - 1
-    assert len(setup.run(cp.areplay(oldest.config, newest.config))) == len(entries) - 1
+    assert len(wrapped_setup.run(cp.areplay(oldest.config, newest.config))) == len(entries) - 1
 
     head = cp.fork(entries[2].config, "t-fork")
     assert cp.get_tuple(head) is not None
-    assert setup.run(cp.afork(entries[2].config, "t-afork")) is not None
+    assert wrapped_setup.run(cp.afork(entries[2].config, "t-afork")) is not None
     tree = cp.lineage("t")
     assert {c.thread_id for c in tree.children} == {"t-fork", "t-afork"}
-    assert setup.run(cp.alineage("t-fork")).thread_id == "t"
+    assert wrapped_setup.run(cp.alineage("t-fork")).thread_id == "t"
     graph.invoke({"messages": [human("on the fork")]}, head)
     assert graph.get_state(conf("t")).values["turns"] == 2  # the source is untouched
-    if setup.kind == "replicated":  # the forks were replicated
+    if wrapped_setup.kind == "replicated":  # the forks were replicated
         assert cp.flush(10)
-        assert setup.replica is not None
-        assert len(list(setup.replica.list(conf("t-fork")))) == setup.stored("t-fork")
+        assert wrapped_setup.replica is not None
+        assert len(list(wrapped_setup.replica.list(conf("t-fork")))) == wrapped_setup.stored("t-fork")
 
 
 # -- storage and audit ------------------------------------------------------------------------
 
 
-def test_storage_and_audit_methods(setup: Setup) -> None:
-    cp = setup.cp
+def test_storage_and_audit_methods(wrapped_setup: Setup) -> None:
+    cp = wrapped_setup.cp
     graph = chat_graph().compile(checkpointer=cp)
     for turn in range(3):
         graph.invoke({"messages": [human(f"turn {turn}")]}, conf("t"))
@@ -144,32 +146,33 @@ def test_storage_and_audit_methods(setup: Setup) -> None:
 
     # Each reads stored rows: the smart checkpointer writes that thread's buffer first.
     sizes = cp.sizes("t")
-    assert setup.stored("t") == len(list(cp.list(conf("t"))))
-    assert sizes == setup.inner.sizes("t") and sum(s.rows for s in sizes) > 0
-    assert setup.run(cp.asizes("t")) == sizes
+    assert wrapped_setup.stored("t") == len(list(cp.list(conf("t"))))
+    assert sizes == wrapped_setup.inner.sizes("t") and sum(s.rows for s in sizes) > 0
+    assert wrapped_setup.run(cp.asizes("t")) == sizes
     report = cp.verify("t")
-    assert report.checked == setup.stored("t") and report == setup.inner.verify("t")
-    assert setup.run(cp.averify("t")) == report
-    if setup.kind == "replicated":  # (a smart one's batches break the chain: see the report)
+    assert report.checked == wrapped_setup.stored("t") and report == wrapped_setup.inner.verify("t")
+    assert wrapped_setup.run(cp.averify("t")) == report
+    if wrapped_setup.kind == "replicated":  # (a smart one's batches break the chain: see the report)
         assert report.ok, report
-    assert cp.prune_plan("t") == setup.inner.prune_plan("t") != []
-    assert setup.run(cp.aprune_plan("t", strategy="delete")) == setup.inner.prune_plan(
+    assert cp.prune_plan("t") == wrapped_setup.inner.prune_plan("t") != []
+    assert wrapped_setup.run(cp.aprune_plan("t", strategy="delete")) == wrapped_setup.inner.prune_plan(
         "t", strategy="delete")
-    assert cp.thread_ids() == ["t", "u"] == setup.run(cp.athread_ids())
-    assert setup.stored("u") > 0
-    assert cp.storage_version() == setup.inner.storage_version()
-    assert setup.run(cp.astorage_version()) == setup.inner.storage_version()
-    assert cp.migration_log() == [] == setup.run(cp.amigration_log("t"))
+    assert cp.thread_ids() == ["t", "u"] == wrapped_setup.run(cp.athread_ids())
+    assert wrapped_setup.stored("u") > 0
+    assert cp.storage_version() == wrapped_setup.inner.storage_version()
+    assert wrapped_setup.run(cp.astorage_version()) == wrapped_setup.inner.storage_version()
+    assert cp.migration_log() == [] == wrapped_setup.run(cp.amigration_log("t"))
 
     # The store's audit setting: read and switched on the inner (primary) store.
-    assert cp.audit_status().enabled and cp.audit_status() == setup.inner.audit_status()
+    assert cp.audit_status().enabled and cp.audit_status() == wrapped_setup.inner.audit_status()
     graph.invoke({"messages": [human("buffered")]}, conf("u"))
     off = cp.disable_audit(reason="a test")
-    assert not off.enabled and off == setup.inner.audit_status() == setup.run(cp.aaudit_status())
-    assert setup.stored("u") == len(list(cp.list(conf("u"))))  # the buffer went first
-    assert setup.run(cp.aenable_audit(reason="back")).enabled
-    assert not setup.run(cp.adisable_audit(reason="again")).enabled
-    assert cp.enable_audit().enabled and setup.inner.audit_status().enabled
+    assert not off.enabled and off == wrapped_setup.inner.audit_status() == wrapped_setup.run(
+        cp.aaudit_status())
+    assert wrapped_setup.stored("u") == len(list(cp.list(conf("u"))))  # the buffer went first
+    assert wrapped_setup.run(cp.aenable_audit(reason="back")).enabled
+    assert not wrapped_setup.run(cp.adisable_audit(reason="again")).enabled
+    assert cp.enable_audit().enabled and wrapped_setup.inner.audit_status().enabled
 
 
 def test_a_method_the_inner_checkpointer_lacks_says_so(wrapper: str) -> None:
@@ -187,8 +190,10 @@ def test_a_method_the_inner_checkpointer_lacks_says_so(wrapper: str) -> None:
         cp.close()
 
 
+@pytest.mark.redis
 def test_an_unforwarded_method_names_where_to_call_it(wrapper: str, tmp_path: Path) -> None:
-    inner = make_saver("redis", tmp_path)
+    inner_h = open_saver("redis", tmp_path)
+    inner = inner_h.saver
     cp: Any = (SmartCheckpointer(inner) if wrapper == "smart"
                else ReplicatedCheckpointer(inner, [InMemoryCheckpointer()]))
     where = "inner" if wrapper == "smart" else "primary"
@@ -199,7 +204,7 @@ def test_an_unforwarded_method_names_where_to_call_it(wrapper: str, tmp_path: Pa
     finally:
         cp.close()
         inner.close()
-        cleanup("redis", inner)
+        inner_h.cleanup()
 
 
 # -- state-schema migration -------------------------------------------------------------------
@@ -212,8 +217,8 @@ def write_v1(saver: Any) -> None:
     g1.invoke({"messages": [v1_message("human", "ship it")]}, conf("paused"))
 
 
-def test_migration_methods(backend: str, wrapper: str, tmp_path: Path) -> None:
-    s = Setup(backend, wrapper, tmp_path)
+def test_migration_methods(inner_backend: str, wrapper: str, tmp_path: Path) -> None:
+    s = Setup(inner_backend, wrapper, tmp_path)
     try:
         cp = s.cp
         if wrapper == "smart":

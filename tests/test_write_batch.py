@@ -19,8 +19,7 @@ from langgraph_ckpt_ext.core.appendlog import AppendLog
 from langgraph_ckpt_ext.core.rows import BlobRow, CheckpointRow, ListQuery, Typed, WriteRow
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.core.store import BatchItem, Store
-
-from .conftest import cleanup, make_saver
+from tests.support.savers import open_saver, params
 
 TRANSACTIONAL = ("sqlite", "sqlite-memory", "postgres")
 
@@ -325,13 +324,14 @@ async def _nothing_of(store: Store, thread: str) -> bool:
 def only(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreCheckpointer]:
     """The saver of the backend a test is parametrized with (`kind`)."""
     kind = request.node.callspec.params["kind"]
-    cp = make_saver(kind, tmp_path)
+    cp_h = open_saver(kind, tmp_path)
+    cp = cp_h.saver
     yield cp
     cp.close()
-    cleanup(kind, cp)
+    cp_h.cleanup()
 
 
-@pytest.mark.parametrize("kind", sorted(TRANSACTIONAL))
+@pytest.mark.parametrize("kind", params(sorted(TRANSACTIONAL)))
 def test_failed_batch_leaves_nothing(only: StoreCheckpointer, kind: str) -> None:
     saver = only
     store: Store = saver._store
@@ -354,7 +354,7 @@ def test_failed_batch_leaves_nothing(only: StoreCheckpointer, kind: str) -> None
     assert _values(saver, "good", "1ef00000-0000-6000-8000-000000000001") == ["a", "b"]
 
 
-@pytest.mark.parametrize("kind", ["postgres"])
+@pytest.mark.parametrize("kind", params(["postgres"]))
 def test_postgres_batch_rejected_by_the_server_leaves_nothing(
     only: StoreCheckpointer, kind: str
 ) -> None:
@@ -369,7 +369,7 @@ def test_postgres_batch_rejected_by_the_server_leaves_nothing(
     assert _run(saver, _nothing_of(store, "t"))
 
 
-@pytest.mark.parametrize("kind", ["postgres"])
+@pytest.mark.parametrize("kind", params(["postgres"]))
 def test_postgres_batch_is_one_statement(
     only: StoreCheckpointer, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -16,7 +16,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.types import Command, Interrupt
 
-from .conftest import PG_DSN, drop_pg_schemas
+from tests.support.savers import PG_DSN, drop_pg_schemas
+
 from .graphs import approval_graph, chat_graph, human, subgraph_graph
 
 
