@@ -174,7 +174,7 @@ def redis_cluster_url() -> str:
     global _cluster, _cluster_url
     require("redis")
     if _cluster_url is None:
-        from tests.redis_servers import redis_cluster
+        from tests.support.redis_servers import redis_cluster
 
         _cluster = contextlib.ExitStack()
         _cluster_url = _cluster.enter_context(redis_cluster(3)).url
