@@ -237,6 +237,8 @@ def _conflict(url: str) -> None:
         saver.close()
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_copy_bad_input(move_urls: dict[str, str]) -> None:
     src, pg = move_urls["src"], move_urls["pg"]
     new = f"sqlite:///{move_urls['dir']}/new.db"
@@ -297,6 +299,8 @@ def test_import_bad_input(move_urls: dict[str, str], tmp_path: Path) -> None:
     assert _state(move_urls["redis"]) == held
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_export_bad_input(move_urls: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     run = lgckpt("export", "--url", move_urls["src"], "nope", "-o", str(out))

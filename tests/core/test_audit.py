@@ -52,7 +52,7 @@ def audited_handle(backend: str, tmp_path: Path) -> Iterator[SaverHandle]:
 
 @pytest.fixture
 def audited(audited_handle: SaverHandle) -> StoreCheckpointer:
-    return audited_handle.saver  # type: ignore[no-any-return]
+    return audited_handle.inner
 
 
 def verify_fresh(h: SaverHandle, cp: StoreCheckpointer, thread: str) -> AuditReport:

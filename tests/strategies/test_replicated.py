@@ -326,6 +326,7 @@ def test_repair_makes_a_replica_equal_to_the_primary(damage: str, stores: Stores
     assert_same(primary, r1)
 
 
+@pytest.mark.redis
 def test_repair_of_given_threads_touches_only_those(stores: Stores) -> None:
     cp, primary, r0, _ = repair_setup(stores)
     r0.copy_thread("b", "ghost")

@@ -67,7 +67,7 @@ def audited_store_handle(store_backend: str, tmp_path: Path) -> Iterator[SaverHa
 @pytest.fixture
 def audited_store(audited_store_handle: SaverHandle) -> StoreCheckpointer:
     """An audited checkpointer of `store_backend` (its storage in `audited_store_handle`)."""
-    return audited_store_handle.saver  # type: ignore[no-any-return]
+    return audited_store_handle.inner
 
 
 def assert_stored_as_put(inner: StoreCheckpointer, smart: Recording, threads: list[str],
