@@ -1,6 +1,6 @@
 """Benchmark: the append log's memory against its budget (`append_log_bytes`).
 
-Runs `tests/appendlog_workload.py` (THREADS threads one after another, TURNS turns each, a
+Runs `tests/support/appendlog_workload.py` (THREADS threads one after another, TURNS turns each, a
 turn appends a ~SIZE-byte human message and a short answer and puts the checkpoint, into a
 store that keeps nothing) once per budget, each in a fresh process, and prints what the log
 held at most and how much the process's RSS grew. Budget 0 keeps nothing: its RSS growth is
@@ -32,7 +32,7 @@ def main() -> None:
     print(f"{'budget':<18} {'held at most':>13} {'RSS growth':>11} {'puts/s':>8}")
     for label, budget in BUDGETS:
         out = subprocess.run(
-            [sys.executable, "-m", "tests.appendlog_workload", str(budget), str(args.threads),
+            [sys.executable, "-m", "tests.support.appendlog_workload", str(budget), str(args.threads),
              str(args.turns), str(args.size)],
             cwd=root, capture_output=True, text=True, check=True,
         )

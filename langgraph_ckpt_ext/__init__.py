@@ -143,6 +143,11 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
+    if name == "Step":  # the former name of `SchemaStep`, still importable for a while
+        from .core.errors import renamed
+        from .core.schema import SchemaStep as _SchemaStep
+
+        return renamed("langgraph_ckpt_ext", "Step", _SchemaStep)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'langgraph_ckpt_ext' has no attribute {name!r}")

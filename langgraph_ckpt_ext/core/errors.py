@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class CheckpointerError(Exception):
@@ -106,3 +109,13 @@ def require(module: str, extra: str | None = None, *, package: str | None = None
         fix = f"langgraph-ckpt-ext[{extra}]" if extra else package
         why = f"reading {what} needs {package}" if what else f"{module!r} is not installed"
         raise MissingDependencyError(f"{why}: run `pip install {fix}`") from exc
+
+
+def renamed(module: str, old: str, value: T) -> T:
+    """`value`, reached by its former name `old` in `module`, with a `DeprecationWarning`
+    naming what to import instead."""
+    new = getattr(value, "__name__", "?")
+    warnings.warn(
+        f"{module}.{old} is now {new}: import {new} instead (the old name will go)",
+        DeprecationWarning, stacklevel=3)
+    return value

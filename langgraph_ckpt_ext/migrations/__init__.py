@@ -48,7 +48,9 @@ transfer -> strategies -> cli and the top-level package (`tests/test_layering.py
 
 from __future__ import annotations
 
-from ..core.errors import SchemaVersionError
+from typing import Any
+
+from ..core.errors import SchemaVersionError, renamed
 from ..core.graph import is_reserved
 from ..core.schema import (
     NAME_KEY,
@@ -62,11 +64,14 @@ from ..core.schema import (
     stored_schema_version,
 )
 
-Step = SchemaStep
-"""The former name of `SchemaStep` (kept for code that imports it from here)."""
-
 __all__ = [
-    "NAME_KEY", "VERSION_KEY", "SchemaChain", "SchemaStep", "SchemaVersionError", "Step",
+    "NAME_KEY", "VERSION_KEY", "SchemaChain", "SchemaStep", "SchemaVersionError",
     "Upcaster", "WriteUpcaster", "compare", "is_reserved", "stored_schema_name",
     "stored_schema_version",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Step":  # the former name, still importable for a while
+        return renamed("langgraph_ckpt_ext.migrations", "Step", SchemaStep)
+    raise AttributeError(f"module 'langgraph_ckpt_ext.migrations' has no attribute {name!r}")

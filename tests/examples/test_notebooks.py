@@ -1,0 +1,90 @@
+"""Every notebook in notebooks/ runs top to bottom in a kernel of this very interpreter."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+kernelspec = pytest.importorskip("ipykernel.kernelspec")
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+# Lines each notebook must print, besides running without an error.
+EXPECTED = {
+    "01_quickstart.ipynb": [
+        "awaiting approval of: {'action'",
+        "resumed the thread: approved",
+        "fork: rejected - Final answer: nothing deleted; the disk is still full.",
+        "ticket-42       status=approved  Final answer: the disk has room again.",
+        "ticket-42-fork  status=rejected  Final answer: nothing deleted; the disk is still full.",
+    ],
+    "02_schema_migration.ipynb": [
+        "order-17 read as schema version 3",
+        "resumed under v3: Human said: approved (normal priority)",
+        "skipped 1 thread(s) of other chains: invoice-3 ('billing')",
+        "skipped 1 unstamped thread(s) (include_unstamped=True, --include-unstamped, migrates "
+        "them): order-17",
+        "threads: 3 / 3",
+        "invoice-3 untouched: still schema 1 of 'billing'",
+        "second run: 0 checkpoint(s) migrated",
+        "refused: the chain from version 1 to 4 has a gap: no upcaster from version(s) [2]",
+        "refused: stored state has schema version 3, newer than the 2 this code knows",
+    ],
+    "03_time_travel.ipynb": [
+        "page 3: steps [-1]",
+        "planner wrote tool='weather'",
+        '+ tool:  "weather"',
+        "fixed: You will earn 135.00 EUR.",
+        "source still answers: The forecast: sunny and 24 C in Lisbon.",
+        "whole_words  You will earn 135.00 EUR.",
+        "A/B variant 'whole_words' forked from shift-pay at step 0",
+        "fork waits at: pay out 135.00 EUR?",
+        "fork said no: held the payment",
+        "yes   paid 135.00 EUR   payments: 1",
+        "no    held the payment  payments: 0",
+        "payments in all: 2 (the source's and the 'yes' arm's)",
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def kernel_name(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A kernelspec running `sys.executable`, found before any user or system one."""
+    prefix = tmp_path_factory.mktemp("jupyter")
+    kernelspec.install(kernel_name="lgckpt-test", prefix=str(prefix))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JUPYTER_PATH", str(prefix / "share" / "jupyter"))
+        yield "lgckpt-test"
+
+
+def _printed(nb: nbformat.NotebookNode) -> str:
+    return "".join(
+        out.get("text", "")
+        for cell in nb.cells
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+        if out.output_type == "stream"
+    )
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.name)
+def test_notebook_runs(path: Path, kernel_name: str) -> None:
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("import sys; print('kernel prefix:', sys.prefix)"))
+    client = nbclient.NotebookClient(
+        nb,
+        kernel_name=kernel_name,
+        timeout=120,
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    )
+    client.execute()  # raises CellExecutionError, with the cell and its traceback, on an error
+
+    printed = _printed(nb)
+    assert f"kernel prefix: {sys.prefix}\n" in printed
+    for line in EXPECTED.get(path.name, []):
+        assert line in printed

@@ -1,0 +1,164 @@
+"""The parts of `strategies/replication/` on their own: each saver classifies its own errors
+(refused vs unreachable), the modules import one another without a cycle, a replica that
+could not be opened in the replicator process is asked for its abilities without being
+opened, and a sync call runs inline (it never needs an event loop)."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import create_checkpoint, empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langgraph_ckpt_ext import (
+    InMemoryCheckpointer,
+    InvalidConfigError,
+    ReplicatedCheckpointer,
+    SQLiteCheckpointer,
+    StoreUnavailableError,
+)
+from langgraph_ckpt_ext.core.errors import MissingBaseError
+from langgraph_ckpt_ext.core.failures import Classifying, unavailable
+from langgraph_ckpt_ext.core.inner import BatchSaver, RowSaver
+from langgraph_ckpt_ext.strategies import replication
+from langgraph_ckpt_ext.strategies.replication.child import _Deferred
+from langgraph_ckpt_ext.strategies.replication.failures import (
+    RemoteError,
+    classifier,
+    foreign_unavailable,
+    unavailable_at,
+)
+from tests.support.common import conf
+
+
+class _SqlError(Exception):
+    """What a PostgreSQL driver raises: an error with a SQLSTATE."""
+
+    def __init__(self, sqlstate: str) -> None:
+        super().__init__(sqlstate)
+        self.sqlstate = sqlstate
+
+
+def test_the_generic_rule() -> None:
+    for outage in (ConnectionError(), TimeoutError(), OSError(), StoreUnavailableError("x"),
+                   RuntimeError("driver"), RemoteError("x")):
+        assert unavailable(outage), outage
+    for refused in (InvalidConfigError("x"), ValueError(), TypeError(), KeyError("k"),
+                    MissingBaseError("x"), NotImplementedError()):
+        assert not unavailable(refused), refused
+    assert not unavailable(KeyboardInterrupt())  # not an Exception: never failed over on
+
+
+def test_each_saver_classifies_its_own_errors(tmp_path: Path) -> None:
+    """PostgreSQL's SQLSTATE refusals are the PostgreSQL backend's (and a foreign saver's,
+    as LangGraph's PostgresSaver raises them); SQLite and memory keep the generic rule."""
+    sqlite = SQLiteCheckpointer(tmp_path / "a.db")
+    memory = InMemoryCheckpointer()
+    try:
+        for saver in (sqlite, memory):
+            assert isinstance(saver, Classifying)
+            assert classifier(saver) == saver.is_unavailable
+            assert saver.is_unavailable(sqlite3.IntegrityError("dup"))  # as before: an outage
+            assert saver.is_unavailable(_SqlError("23505"))  # none of its errors has one
+        assert classifier(InMemorySaver()) is foreign_unavailable
+        for code, outage in (("22021", False), ("23505", False), ("54000", False),
+                             ("57P01", True), ("08006", True)):
+            assert foreign_unavailable(_SqlError(code)) is outage, code
+    finally:
+        sqlite.close()
+        memory.close()
+
+
+def test_postgres_refusals_are_the_backends() -> None:
+    pytest.importorskip("asyncpg")
+    from langgraph_ckpt_ext.backends.postgres.store import PostgresStore
+
+    store = PostgresStore(dsn="postgresql://127.0.0.1:1/none")  # never opened
+    assert store.refuses(_SqlError("22P02")) and not store.refuses(_SqlError("57P01"))
+    assert not store.refuses(RuntimeError())
+
+
+def test_an_error_of_either_store_is_an_outage_unless_one_refuses(tmp_path: Path) -> None:
+    memory = InMemoryCheckpointer()
+    try:
+        assert unavailable_at(_SqlError("23505"), memory, memory)
+        assert not unavailable_at(_SqlError("23505"), memory, InMemorySaver())
+        assert unavailable_at(ConnectionError(), memory, InMemorySaver())
+    finally:
+        memory.close()
+
+
+def test_a_deferred_replica_is_not_opened_to_be_asked() -> None:
+    """The replicator process asks a replica it could not open what it takes (`RowSaver`,
+    errors it classifies) without opening it: the worker marks it down and probes it."""
+    deferred = _Deferred("postgresql://127.0.0.1:1/none", {})
+    assert isinstance(deferred, RowSaver) and isinstance(deferred, BatchSaver)
+    assert isinstance(deferred, Classifying)
+    assert deferred.is_unavailable(_SqlError("08006"))
+    assert not deferred.is_unavailable(_SqlError("22021"))
+    assert deferred.saver is None
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """The modules of `package` that the module at `path` imports (at any level)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                names.add(node.module.split(".")[0])
+            else:
+                names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
+                package + "."):
+            names.add(node.module[len(package) + 1:].split(".")[0])
+    return names
+
+
+def test_no_import_cycle_in_the_package() -> None:
+    root = Path(replication.__file__).parent
+    modules = {p.stem: p for p in root.glob("*.py") if p.stem != "__init__"}
+    graph = {m: _imports(p, replication.__name__) & modules.keys() for m, p in modules.items()}
+    assert "checkpointer" in graph and len(modules) >= 8
+    done: set[str] = set()
+
+    def visit(m: str, path: tuple[str, ...]) -> None:
+        assert m not in path, f"import cycle: {' -> '.join((*path, m))}"
+        if m in done:
+            return
+        for n in graph[m]:
+            visit(n, (*path, m))
+        done.add(m)
+
+    for m in graph:
+        visit(m, ())
+    too_long = {m: n for m, p in modules.items() if (n := len(p.read_text().splitlines())) > 350}
+    assert not too_long, too_long
+
+
+def test_sync_calls_run_inline_even_inside_an_event_loop() -> None:
+    """A sync call never suspends and needs no loop: called from a coroutine (as a tool of a
+    graph run by `ainvoke` may do) it completes in place."""
+    primary, replica = InMemoryCheckpointer(), InMemoryCheckpointer()
+    cp = ReplicatedCheckpointer(primary, [replica], names=["r"])
+
+    async def main() -> Any:
+        config = cp.put(conf("t"), create_checkpoint(empty_checkpoint(), {}, 1),
+                        {"source": "input", "step": -1}, {})
+        cp.put_writes(config, [("x", 1)], "task")
+        return cp.get_tuple(config), list(cp.list(conf("t")))
+
+    try:
+        got, listed = asyncio.run(main())
+        assert got is not None and got.pending_writes == [("task", "x", 1)]
+        assert [t.config for t in listed] == [got.config]
+        assert cp.flush(5)
+        assert replica.get_tuple(conf("t")) is not None
+    finally:
+        cp.close()
+        primary.close()
+        replica.close()
