@@ -16,6 +16,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# Eager: the submodule `connect` would otherwise shadow the function once any module imports it.
+from .connect import connect
 from .core.errors import (
     CheckpointerError,
     CheckpointNotFoundError,
@@ -41,7 +43,6 @@ if TYPE_CHECKING:
     from .backends.postgres import PostgresCheckpointer
     from .backends.redis import RedisCheckpointer
     from .backends.sqlite import SQLiteCheckpointer
-    from .connect import connect
     from .core.rows import MigrationEntry
     from .core.schema import SchemaChain, SchemaStep
     from .migrations.runner import MigrationProgress, MigrationReport
@@ -72,7 +73,6 @@ _LAZY = {
     "SQLiteCheckpointer": ".backends.sqlite",
     "PostgresCheckpointer": ".backends.postgres",
     "RedisCheckpointer": ".backends.redis",
-    "connect": ".connect",
     "MigrationEntry": ".core.rows",
     "SchemaChain": ".core.schema",
     "SchemaStep": ".core.schema",

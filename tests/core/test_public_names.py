@@ -70,3 +70,17 @@ def test_every_public_name_resolves(module: str) -> None:
     star: dict[str, object] = {}
     exec(f"from {module} import *", star)  # what `import *` really hands out
     assert sorted(k for k in star if k != "__builtins__") == PUBLIC[module]
+
+
+def test_connect_is_the_function_whatever_was_imported_first() -> None:
+    """`langgraph_ckpt_ext.connect` is also a submodule's name: importing a module that imports
+    the submodule first must not leave the package attribute bound to the module."""
+    import subprocess
+    import sys
+
+    code = (
+        "import langgraph_ckpt_ext.strategies.smart\n"
+        "from langgraph_ckpt_ext import connect\n"
+        "assert callable(connect), connect\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
