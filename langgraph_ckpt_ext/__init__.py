@@ -2,8 +2,8 @@
 
 Importing this package loads no database driver: each backend is imported when first named.
 The top of the layers: it may import every package. Layers, bottom to top: core -> state,
-migrations, timetravel -> backends -> connect, transfer -> strategies -> cli and this top-level
-package (`tests/test_layering.py` checks them).
+migrations, timetravel -> backends -> connecting, transfer -> strategies -> cli and this top-level
+package (`tests/core/test_layering.py`).
 
     from langgraph_ckpt_ext import SQLiteCheckpointer
 
@@ -16,8 +16,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# Eager: the submodule `connect` would otherwise shadow the function once any module imports it.
-from .connect import connect
 from .core.errors import (
     CheckpointerError,
     CheckpointNotFoundError,
@@ -43,6 +41,7 @@ if TYPE_CHECKING:
     from .backends.postgres import PostgresCheckpointer
     from .backends.redis import RedisCheckpointer
     from .backends.sqlite import SQLiteCheckpointer
+    from .connecting import connect
     from .core.rows import MigrationEntry
     from .core.schema import SchemaChain, SchemaStep
     from .migrations.runner import MigrationProgress, MigrationReport
@@ -73,6 +72,7 @@ _LAZY = {
     "SQLiteCheckpointer": ".backends.sqlite",
     "PostgresCheckpointer": ".backends.postgres",
     "RedisCheckpointer": ".backends.redis",
+    "connect": ".connecting",
     "MigrationEntry": ".core.rows",
     "SchemaChain": ".core.schema",
     "SchemaStep": ".core.schema",

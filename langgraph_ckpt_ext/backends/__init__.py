@@ -4,6 +4,6 @@
 below this one. Each backend is imported only when named (its driver with it).
 
 May import: `core`, `migrations`, `timetravel`.
-Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connect,
-transfer -> strategies -> cli and the top-level package (`tests/test_layering.py` checks them).
+Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connecting,
+transfer -> strategies -> cli and the top-level package (`tests/core/test_layering.py`).
 """

@@ -37,6 +37,7 @@ class MemoryStore:
     re-entrant lock makes each operation atomic across threads."""
 
     inline = True
+    wants_versions = False
 
     def __init__(self) -> None:
         self.checkpoints: dict[_NsKey, dict[str, CheckpointRow]] = defaultdict(dict)

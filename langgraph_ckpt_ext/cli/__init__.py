@@ -9,8 +9,8 @@ Each command lives in a module with `register(sub)`, which adds its parsers and 
 can meet into one line on stderr and an exit code (see `common`).
 
 May import: every other package (a top layer), and the top-level package for its version.
-Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connect,
-transfer -> strategies -> cli and the top-level package (`tests/test_layering.py` checks them).
+Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connecting,
+transfer -> strategies -> cli and the top-level package (`tests/core/test_layering.py`).
 """
 
 from __future__ import annotations

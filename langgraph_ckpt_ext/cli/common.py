@@ -230,7 +230,7 @@ def open_saver(url: str | None, *, write: bool, create: bool | None = None,
         raise CliError("memory:// keeps nothing between runs: point --url at a SQLite, "
                        "PostgreSQL or Redis store", UNAVAILABLE)
     create = write if create is None else create
-    from ..connect import connect
+    from ..connecting import connect
 
     if scheme == "sqlite":
         if parsed.target == ":memory:":

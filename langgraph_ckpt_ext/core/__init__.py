@@ -4,8 +4,8 @@ on read (`schema`), the audit seal of every put (`audit`), LangGraph's graph nam
 the one sync bridge, errors. No I/O of its own: a backend's `Store` moves the rows.
 
 May import: nothing else of this package (the bottom layer).
-Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connect,
-transfer -> strategies -> cli and the top-level package (`tests/test_layering.py` checks them).
+Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connecting,
+transfer -> strategies -> cli and the top-level package (`tests/core/test_layering.py`).
 """
 
 from .errors import (

@@ -99,7 +99,7 @@ class StoreCheckpointer(Batches, Reading, Pruning):
         self._upgrades_stored: OrderedDict[tuple[str, str, str, str], None] = OrderedDict()
         self._store = store
         # A store that resolves blobs server-side needs each row's channel versions.
-        self._row_versions = bool(getattr(store, "wants_versions", False))
+        self._row_versions = store.wants_versions
         self._log = AppendLog(snapshot_every, append_log_bytes)
         self._bridge = bridge or Bridge(f"lgckpt-{type(self).__name__}")
         self._lifetime = store_lifetime(type(self).__name__, store, self._bridge)

@@ -34,6 +34,9 @@ class Store(Protocol):
     """
 
     inline: bool
+    wants_versions: bool
+    """True for a store whose checkpoint rows must list the blob versions they read (Redis:
+    its read scripts fetch exactly those); the others find them by key."""
 
     async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
         """Store a checkpoint and its blobs atomically.

@@ -42,8 +42,8 @@ here; this package adds the bulk rewrite of stored threads (`runner`, and the `M
 that puts `migrate_threads` on the backends' checkpointers).
 
 May import: `core` only.
-Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connect,
-transfer -> strategies -> cli and the top-level package (`tests/test_layering.py` checks them).
+Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connecting,
+transfer -> strategies -> cli and the top-level package (`tests/core/test_layering.py`).
 """
 
 from __future__ import annotations

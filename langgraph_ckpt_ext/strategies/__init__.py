@@ -2,10 +2,10 @@
 `ReplicatedCheckpointer` (a primary and replicas). A wrapper asks of the saver it wraps
 LangGraph's interface and, for batches and rows, the protocols of `core.inner`.
 
-May import: `core`, `state`, `migrations`, `timetravel`, `backends`, `connect` (to open what a
+May import: `core`, `state`, `migrations`, `timetravel`, `backends`, `connecting` (to open what a
 URL names) and `transfer` (a replica's repair).
-Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connect,
-transfer -> strategies -> cli and the top-level package (`tests/test_layering.py` checks them).
+Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connecting,
+transfer -> strategies -> cli and the top-level package (`tests/core/test_layering.py`).
 """
 
 from .replication import (

@@ -7,8 +7,8 @@ our checkpointers also offer them as methods (`checkpointer.history(thread_id)`,
 every put (`core.audit`); `audit` here verifies it.
 
 May import: `core` only.
-Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connect,
-transfer -> strategies -> cli and the top-level package (`tests/test_layering.py` checks them).
+Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connecting,
+transfer -> strategies -> cli and the top-level package (`tests/core/test_layering.py`).
 """
 
 from ._base import CheckpointNotFoundError, ThreadExistsError, ThreadNotFoundError

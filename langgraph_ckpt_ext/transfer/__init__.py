@@ -17,10 +17,10 @@ stores each value once; into one of our checkpointers it writes a whole thread i
         report = copy_threads(source, connect("postgresql://localhost/app"))
     print(report.summary())
 
-May import: `core`, `state`, `migrations`, `timetravel`, `backends`, `connect` (a wrapper's
+May import: `core`, `state`, `migrations`, `timetravel`, `backends`, `connecting` (a wrapper's
 repair in `strategies` uses it, so never `strategies`).
-Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connect,
-transfer -> strategies -> cli and the top-level package (`tests/test_layering.py` checks them).
+Layers, bottom to top: core -> state, migrations, timetravel -> backends -> connecting,
+transfer -> strategies -> cli and the top-level package (`tests/core/test_layering.py`).
 """
 
 from .copy import CopyReport, Progress, acopy_threads, copy_threads

@@ -1,7 +1,7 @@
 """The package's import layering, read from the source with `ast` (nothing is imported).
 
 Layers, bottom to top (a package may import its own modules and those of the layers it lists in
-`ALLOWED`; a top-level module such as `connect.py` counts as a package of its own):
+`ALLOWED`; a top-level module such as `connecting.py` counts as a package of its own):
 
     core -> state, migrations, timetravel -> backends -> connect, transfer -> strategies -> cli,
     the top-level `langgraph_ckpt_ext` (its `__init__` and `__main__`)
@@ -36,11 +36,11 @@ ALLOWED: dict[str, set[str]] = {
     "migrations": {"core"},
     "timetravel": {"core"},
     "backends": {"core", "migrations", "timetravel"},
-    "strategies": {*_BELOW_BACKENDS, "backends", "connect", "transfer"},
-    "transfer": {*_BELOW_BACKENDS, "backends", "connect"},
-    "connect": {*_BELOW_BACKENDS, "backends"},
-    "cli": {*_BELOW_BACKENDS, "backends", "strategies", "transfer", "connect", "__init__"},
-    "__init__": {*_BELOW_BACKENDS, "backends", "strategies", "transfer", "connect"},
+    "strategies": {*_BELOW_BACKENDS, "backends", "connecting", "transfer"},
+    "transfer": {*_BELOW_BACKENDS, "backends", "connecting"},
+    "connecting": {*_BELOW_BACKENDS, "backends"},
+    "cli": {*_BELOW_BACKENDS, "backends", "strategies", "transfer", "connecting", "__init__"},
+    "__init__": {*_BELOW_BACKENDS, "backends", "strategies", "transfer", "connecting"},
     "__main__": {"cli"},
 }
 

@@ -73,8 +73,8 @@ def test_every_public_name_resolves(module: str) -> None:
 
 
 def test_connect_is_the_function_whatever_was_imported_first() -> None:
-    """`langgraph_ckpt_ext.connect` is also a submodule's name: importing a module that imports
-    the submodule first must not leave the package attribute bound to the module."""
+    """`connect` lives in the submodule `connecting` (a submodule named `connect`, once imported,
+    left the package attribute bound to the module instead of the function)."""
     import subprocess
     import sys
 

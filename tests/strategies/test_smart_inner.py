@@ -175,3 +175,42 @@ def test_an_allowlisted_copy_writes_and_reads_through_its_own_inner_copy() -> No
     copy.flush()
     assert smart.metrics.buffered == 0 and inner.get_tuple(cfg("t")) is not None
     smart.close()
+
+
+def test_async_delete_waits_for_a_flush_on_its_own_loop() -> None:
+    """`adelete_thread` while an async flush of that thread is writing, on the same loop: the
+    delete waits for the flush by yielding to the loop (it once slept in a loop that blocked
+    the very flush it waited for, forever), and the thread is gone afterwards."""
+    import threading
+
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    class Slow(InMemorySaver):
+        async def aput(self, *a: Any, **k: Any) -> Any:
+            await asyncio.sleep(0.2)
+            return self.put(*a, **k)
+
+    inner = Slow()
+    errors: list[BaseException] = []
+    config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+
+    async def main() -> None:
+        smart = SmartCheckpointer(inner, Periodic(3600))
+        await smart.aput(config, empty_checkpoint(), {}, {})
+        flush = asyncio.create_task(smart.aflush())
+        await asyncio.sleep(0.05)  # the flush is writing
+        await smart.adelete_thread("t")
+        await flush
+        assert await smart.aget_tuple(config) is None
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "adelete_thread hung behind the flush it waits for"
+    assert not errors, errors

@@ -74,6 +74,7 @@ class PostgresStore:
     idempotent, so one that met a lost connection is retried, as reads are."""
 
     inline = False
+    wants_versions = False
 
     def __init__(
         self,

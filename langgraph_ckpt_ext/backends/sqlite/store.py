@@ -145,6 +145,7 @@ class SQLiteStore:
     every other operation of this process."""
 
     inline = False
+    wants_versions = False
 
     def __init__(self, writer: aiosqlite.Connection, reader: aiosqlite.Connection | None) -> None:
         self._writer = Db(writer)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from ...connect import around
+from ...connecting import around
 from ...core.bridge import either, run_inline
 from ...core.inner import RowSaver
 from ...core.lifetime import Lifetime
@@ -174,7 +174,7 @@ class ReplicatedCheckpointer(SaverInterface, TimeTravel, Forwarded):
         Args:
             primary: a URL for `connect`, with its query options.
             replicas, consistency, options: as for the constructor.
-            connect_options: keyword options for `connect` (the primary's).
+            connect_options: keyword options for `connecting` (the primary's).
 
         Example:
             >>> with ReplicatedCheckpointer.from_conn_string(  # doctest: +SKIP

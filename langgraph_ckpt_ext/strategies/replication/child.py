@@ -35,7 +35,7 @@ class _Deferred(BaseCheckpointSaver[Any]):
 
     def _open(self) -> StoreCheckpointer:
         if self.saver is None:
-            from ...connect import connect
+            from ...connecting import connect
 
             self.saver = connect(self.url, **self.options)
         return self.saver
@@ -148,7 +148,7 @@ class ChildReplica(Replica):
 
 def _open(specs: Sequence[tuple[str, str, dict[str, Any]]], linger: float, outbox: _Outbox
           ) -> list[ChildReplica]:
-    from ...connect import connect
+    from ...connecting import connect
 
     replicas = []
     for i, (name, url, options) in enumerate(specs):

@@ -119,7 +119,7 @@ class ProcessReplica(Health):
     @property
     def saver(self) -> StoreCheckpointer:
         if self._saver is None:
-            from ...connect import connect
+            from ...connecting import connect
 
             self._saver = connect(self.url, **self.options)
         return self._saver

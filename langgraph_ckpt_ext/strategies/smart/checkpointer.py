@@ -16,6 +16,7 @@ calls the inner checkpointer's sync methods and never suspends) or awaited.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import (
     AsyncIterator,
@@ -38,7 +39,7 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 
-from ...connect import around
+from ...connecting import around
 from ...core.bridge import either, run_inline
 from ...core.config import thread_id_of
 from ...core.errors import InvalidConfigError
@@ -240,17 +241,18 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded, Closing
         return await either(sync, call, acall, *args, **kwargs)
 
     def delete_thread(self, thread_id: str) -> None:
-        self._drop(thread_id)
-        self.inner.delete_thread(thread_id)
+        run_inline(self._delete(thread_id, True))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        self._drop(thread_id)
-        await self.inner.adelete_thread(thread_id)
+        await self._delete(thread_id, False)
 
-    def _drop(self, thread_id: str) -> None:
+    async def _delete(self, thread_id: str, sync: bool) -> None:
         while not self._buffer.drop(str(thread_id)):
-            time.sleep(0.002)  # a flush is writing it: delete after it
+            # A flush is writing it: delete after it. Async, the flush may run on this very
+            # loop, so it waits by yielding to the loop, never by blocking it.
+            await either(sync, time.sleep, _asleep, 0.002)
         self._encoder.forget(str(thread_id))
+        await either(sync, self.inner.delete_thread, self.inner.adelete_thread, thread_id)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         run_inline(self._then([source_thread_id, target_thread_id], True, self.inner.copy_thread,
@@ -345,3 +347,6 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded, Closing
         if owned is not None:
             await either(sync, owned.close, owned.aclose)
 
+
+async def _asleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
