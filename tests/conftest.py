@@ -1,5 +1,6 @@
 """Shared fixtures (every test runs on each backend, against real storage) and the `postgres` /
-`redis` markers: a marked test is skipped, with the reason, when its server does not answer.
+`redis` markers: a marked test is skipped, with the reason, when its server does not answer
+(failed instead where the run requires the servers, as `scripts/test.sh` and CI do).
 Savers are built by `tests.support.savers`; helpers live in `tests.support`."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tests.support.savers import (
     params,
     set_current_marks,
     stop_redis_cluster,
-    unreachable,
+    unless_reachable,
 )
 
 SERVER_MARKS = ("postgres", "redis")
@@ -31,9 +32,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     set_current_marks(marks)
     for server in SERVER_MARKS:
         if server in marks:
-            reason = unreachable(server)
-            if reason:
-                pytest.skip(reason)
+            unless_reachable(server)
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:

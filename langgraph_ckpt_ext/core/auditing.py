@@ -30,7 +30,7 @@ class Auditing(SaverBase):
     def audit_status(self) -> AuditStatus:
         """Whether the store is audited, with its audit log (each time auditing was turned on
         or off, when and why), read from the store now."""
-        return self._sync(self.aaudit_status())
+        return self.run_sync(self.aaudit_status())
 
     async def aaudit_status(self) -> AuditStatus:
         log = await self._store.read_audit_log()
@@ -41,7 +41,7 @@ class Auditing(SaverBase):
         """Turn auditing on for the store, recorded in it (nothing new if it is on already):
         from then on every checkpointer writing to it seals what it stores, each from its
         next reading of the setting (see `audit_refresh`). `audit=True` does this on open."""
-        return self._sync(self.aenable_audit(reason=reason))
+        return self.run_sync(self.aenable_audit(reason=reason))
 
     async def aenable_audit(self, *, reason: str = "enable_audit()") -> AuditStatus:
         return await self._switch_audit(True, _reason(reason, "enable_audit"))
@@ -55,7 +55,7 @@ class Auditing(SaverBase):
         Example:
             >>> checkpointer.disable_audit(reason="bulk re-import, ticket 4711")  # doctest: +SKIP
         """
-        return self._sync(self.adisable_audit(reason=reason))
+        return self.run_sync(self.adisable_audit(reason=reason))
 
     async def adisable_audit(self, *, reason: str) -> AuditStatus:
         return await self._switch_audit(False, _reason(reason, "disable_audit"))

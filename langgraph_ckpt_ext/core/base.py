@@ -40,11 +40,6 @@ class SaverBase(BaseCheckpointSaver[str]):
     _row_versions: bool
     """The store resolves blobs server-side: each checkpoint row carries its channel versions."""
 
-    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._store.inline:
-            return run_inline(coro)
-        return self._bridge.run(coro)
-
     def _sync_iter(self, agen: AsyncIterator[T]) -> Iterator[T]:
         if self._store.inline:
             return iterate_inline(agen)
@@ -54,7 +49,9 @@ class SaverBase(BaseCheckpointSaver[str]):
         """Run one of this checkpointer's coroutines from sync code, as its own sync methods do
         (on its private event loop, or inline for a store that never suspends): how the
         time-travel helpers and wrappers call it from sync code."""
-        return self._sync(coro)
+        if self._store.inline:
+            return run_inline(coro)
+        return self._bridge.run(coro)
 
     def _metadata(self, row: CheckpointRow) -> CheckpointMetadata:
         return codec.decode_metadata(self.serde, row.metadata, f"checkpoint {row.checkpoint_id!r}")

@@ -37,7 +37,7 @@ class Batches(Writing):
 
     def put_batch(self, ops: Sequence[tuple[Any, ...]]) -> None:
         """Sync `aput_batch`."""
-        self._sync(self.aput_batch(ops))
+        self.run_sync(self.aput_batch(ops))
 
     async def aprepare_batch(
         self, ops: Sequence[tuple[Any, ...]], *, portable: bool = False
@@ -84,7 +84,7 @@ class Batches(Writing):
         self, ops: Sequence[tuple[Any, ...]], *, portable: bool = False
     ) -> PreparedBatch | None:
         """Sync `aprepare_batch`."""
-        return self._sync(self.aprepare_batch(ops, portable=portable))
+        return self.run_sync(self.aprepare_batch(ops, portable=portable))
 
     async def awrite_prepared(self, batches: Sequence[PreparedBatch]) -> None:
         """Write prepared batches, in order, as one batch (one transaction or round trip where
@@ -106,7 +106,7 @@ class Batches(Writing):
 
     def write_prepared(self, batches: Sequence[PreparedBatch]) -> None:
         """Sync `awrite_prepared`."""
-        self._sync(self.awrite_prepared(batches))
+        self.run_sync(self.awrite_prepared(batches))
 
     async def awrite_rows(self, items: Sequence[BatchItem]) -> None:
         """Store rows another checkpointer made (`PreparedBatch.rows()`), as one batch: a
@@ -118,7 +118,7 @@ class Batches(Writing):
 
     def write_rows(self, items: Sequence[BatchItem]) -> None:
         """Sync `awrite_rows`."""
-        self._sync(self.awrite_rows(items))
+        self.run_sync(self.awrite_rows(items))
 
     def rows_compatible(self, other: BaseCheckpointSaver[Any]) -> bool:
         """Whether rows this checkpointer makes can be stored by `other` as they are: both

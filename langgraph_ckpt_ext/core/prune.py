@@ -54,7 +54,7 @@ class Pruning(SaverBase):
     ) -> builtins.list[tuple[str, str]]:
         """The `(checkpoint_ns, checkpoint_id)` of the checkpoints `prune([thread_id],
         strategy=...)` would delete now, newest first; nothing is changed (a dry run)."""
-        return self._sync(self.aprune_plan(thread_id, strategy=strategy))
+        return self.run_sync(self.aprune_plan(thread_id, strategy=strategy))
 
     async def aprune_plan(
         self, thread_id: str, *, strategy: str = "keep_latest"

@@ -113,7 +113,7 @@ class StoreCheckpointer(Batches, Reading, Pruning):
     # -- the sync twins -------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._sync(self.aget_tuple(config))
+        return self.run_sync(self.aget_tuple(config))
 
     def list(
         self,
@@ -134,7 +134,7 @@ class StoreCheckpointer(Batches, Reading, Pruning):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._sync(self.aput(config, checkpoint, metadata, new_versions))
+        return self.run_sync(self.aput(config, checkpoint, metadata, new_versions))
 
     def put_writes(
         self,
@@ -143,24 +143,24 @@ class StoreCheckpointer(Batches, Reading, Pruning):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._sync(self.aput_writes(config, writes, task_id, task_path))
+        self.run_sync(self.aput_writes(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        self._sync(self.adelete_thread(thread_id))
+        self.run_sync(self.adelete_thread(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        self._sync(self.adelete_for_runs(run_ids))
+        self.run_sync(self.adelete_for_runs(run_ids))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        self._sync(self.acopy_thread(source_thread_id, target_thread_id))
+        self.run_sync(self.acopy_thread(source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        self._sync(self.aprune(thread_ids, strategy=strategy))
+        self.run_sync(self.aprune(thread_ids, strategy=strategy))
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return self._sync(self.aget_delta_channel_history(config=config, channels=channels))
+        return self.run_sync(self.aget_delta_channel_history(config=config, channels=channels))
 
     def get_next_version(  # type: ignore[override]
         self, current: Version | None, channel: None = None
@@ -175,7 +175,7 @@ class StoreCheckpointer(Batches, Reading, Pruning):
 
     def thread_ids(self) -> builtins.list[str]:
         """Every thread id that holds a checkpoint, sorted."""
-        return self._sync(self.athread_ids())
+        return self.run_sync(self.athread_ids())
 
     # -- deleting and copying ---------------------------------------------------------------
 
@@ -203,7 +203,7 @@ class StoreCheckpointer(Batches, Reading, Pruning):
             >>> sum(s.bytes for s in checkpointer.sizes("t-1"))  # doctest: +SKIP
             18342
         """
-        return self._sync(self.asizes(thread_id))
+        return self.run_sync(self.asizes(thread_id))
 
     async def asizes(self, thread_id: str) -> builtins.list[StoredSize]:
         return await self._store.sizes(check_id(thread_id, "thread_id", required=True))
@@ -212,7 +212,7 @@ class StoreCheckpointer(Batches, Reading, Pruning):
         """The storage version in force (tables or key layout), creating and changing nothing:
         0 where `setup()` never ran, so nothing was ever stored there by this package (and
         always for the in-memory backend, which keeps nothing)."""
-        return self._sync(self.astorage_version())
+        return self.run_sync(self.astorage_version())
 
     async def astorage_version(self) -> int:
         return await self._store.storage_version()
@@ -220,7 +220,7 @@ class StoreCheckpointer(Batches, Reading, Pruning):
     def migration_log(self, thread_id: str | None = None) -> builtins.list[MigrationEntry]:
         """The state-schema migrations stored checkpoints went through (of one thread, or of
         all), oldest first: thread, namespace, checkpoint, from and to version, and when."""
-        return self._sync(self.amigration_log(thread_id))
+        return self.run_sync(self.amigration_log(thread_id))
 
     async def amigration_log(self, thread_id: str | None = None) -> builtins.list[MigrationEntry]:
         return await self._store.read_migrations(
@@ -231,7 +231,7 @@ class StoreCheckpointer(Batches, Reading, Pruning):
     def setup(self) -> int:
         """Create or migrate the storage; returns its version. Idempotent, and safe when several
         processes call it at once."""
-        return self._sync(self.asetup())
+        return self.run_sync(self.asetup())
 
     async def asetup(self) -> int:
         version = await self._store.migrate()

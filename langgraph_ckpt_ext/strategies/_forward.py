@@ -36,11 +36,12 @@ def store_method(saver: BaseCheckpointSaver[Any], name: str, role: str) -> Calla
     return cast(Callable[..., Any], method)
 
 
-def not_forwarded(wrapper: object, attr: str, name: str, bypassed: str) -> AttributeError:
-    """The error of a wrapper's `__getattr__`: for a public method of the checkpointer it holds
-    as `attr` that it does not forward (calling it there bypasses `bypassed`), where to call it."""
+def not_forwarded(wrapper: object, saver: object | None, attr: str, name: str, bypassed: str
+                  ) -> AttributeError:
+    """The error of a wrapper's `__getattr__`: for a public method of `saver`, the checkpointer
+    it holds as `attr` (None while it is being built), that it does not forward (calling it
+    there bypasses `bypassed`), where to call it."""
     kind = type(wrapper).__name__
-    saver = vars(wrapper).get(attr)
     if name.startswith("_") or saver is None or not callable(getattr(type(saver), name, None)):
         return AttributeError(f"{kind!r} object has no attribute {name!r}")
     return AttributeError(

@@ -549,11 +549,11 @@ def test_write_batch_stores_what_single_calls_store_in_one_call(
         batched = [_as_thread(i, "batched") for i in items]
         half = 4 * 5 + 1  # cut after a checkpoint, before its writes
         trips.clear()
-        assert cp._sync(cp.store.write_batch(batched[:half])) == [set()] * 5
+        assert cp.run_sync(cp.store.write_batch(batched[:half])) == [set()] * 5
         # One script call, plus the index entries of a thread and a run seen the first time.
         assert sorted(trips) == ["BATCH", "ZADD runs", "ZADD threads"]
         trips.clear()
-        assert cp._sync(cp.store.write_batch(batched[half:])) == [set()] * 3
+        assert cp.run_sync(cp.store.write_batch(batched[half:])) == [set()] * 3
         assert trips == ["BATCH"]  # 3 checkpoints + 19 write lists: one round trip
 
         # Byte for byte the same keys (gen too: one write per item, as the single calls)...
@@ -625,16 +625,16 @@ def test_write_batch_falls_back_only_where_a_base_is_gone(kind: str, tmp_path: P
              [_blob(store, ["b"], "other", "o2", "o1", ["a", "b"])]),
             [],
         ]
-        assert cp._sync(store.write_batch(items)) == [set(), set(), {"other"}]
-        got = cp._sync(store.read_blobs("t", "", [("log", "v2"), ("other", "o2")]))
+        assert cp.run_sync(store.write_batch(items)) == [set(), set(), {"other"}]
+        got = cp.run_sync(store.read_blobs("t", "", [("log", "v2"), ("other", "o2")]))
         assert got[("log", "v2")].base_version == "v1" and ("log", "v1") in got
         assert got[("other", "o2")].base_version is None
         assert cp.serde.loads_typed((got[("other", "o2")].type, got[("other", "o2")].data)) == [
             "a", "b"]
-        assert cp._sync(store.read_checkpoint("t", "", None)) == items[3][0]
+        assert cp.run_sync(store.read_checkpoint("t", "", None)) == items[3][0]
         # The refused first call wrote nothing: gen counts the four items once.
         assert client.hget(store.keys("t")[6], "gen") == b"4"
-        assert [r.checkpoint_id for r in cp._sync(store.read_ancestors("t", "", "c3", 9))] == [
+        assert [r.checkpoint_id for r in cp.run_sync(store.read_ancestors("t", "", "c3", 9))] == [
             "c3", "c2", "c1"]
     finally:
         cp.close()
@@ -655,9 +655,9 @@ def test_write_batch_refuses_mixed_threads(make: Any, client: redis.Redis) -> No
     mixed = [WriteRow("x", "", "c1", "task", 1, "a", "bytes", b""), w]
     for items in ([one, other], [one, [w]], [[w], one], [mixed], [one, [], mixed]):
         with pytest.raises(ValueError, match="one thread"):
-            cp._sync(store.write_batch(items))
+            cp.run_sync(store.write_batch(items))
     assert existing(client, cp, "x") == [] and existing(client, cp, "y") == []
-    assert cp._sync(store.write_batch([])) == []
+    assert cp.run_sync(store.write_batch([])) == []
 
 
 def test_write_batch_sets_one_ttl_on_every_key(make: Any, client: redis.Redis) -> None:
@@ -672,7 +672,7 @@ def test_write_batch_sets_one_ttl_on_every_key(make: Any, client: redis.Redis) -
         [WriteRow("t", "", "c1", "task", 0, "a", "bytes", b"")],
         (_row("t", "c2", "c1", {"log": "v2"}), [_blob(store, [2], "log", "v2", "v1", [1, 2])]),
     ]
-    cp._sync(store.write_batch(items))
+    cp.run_sync(store.write_batch(items))
     keys = existing(client, cp, "t")
     assert len(keys) == 7  # all but the migration log, which nothing wrote
     deadlines = {client.execute_command("PEXPIRETIME", k) for k in keys}

@@ -81,7 +81,7 @@ def test_sqlite_paths(url: str, path: str) -> None:
 
 def _pragma(cp: StoreCheckpointer, name: str) -> Any:
     writer = cp._store._writer  # type: ignore[attr-defined]
-    return cp._sync(writer.call(lambda c: c.execute(f"PRAGMA {name}").fetchone()[0]))
+    return cp.run_sync(writer.call(lambda c: c.execute(f"PRAGMA {name}").fetchone()[0]))
 
 
 def test_sqlite_query_options_take_effect(in_tmp: Path) -> None:
@@ -156,7 +156,7 @@ def test_postgres_options() -> None:
                         "SELECT current_setting('application_name') || ' ' || "
                         "current_setting('search_path')")
 
-            assert cp._sync(setting()) == f"lgx_urls {schema}"
+            assert cp.run_sync(setting()) == f"lgx_urls {schema}"
     finally:
         drop_pg_schemas(schema)
 
@@ -177,7 +177,7 @@ def test_redis_options() -> None:
                 client = await cp.store._clients.open()
                 return client.connection_pool.connection_kwargs["socket_timeout"]
 
-            assert cp._sync(timeout()) == 7
+            assert cp.run_sync(timeout()) == 7
     finally:
         drop_redis_prefixes(prefix)
 

@@ -377,10 +377,10 @@ class Raw:
             self.client.close()
 
     def _sqlite(self, fn: Callable[[Any], Any]) -> Any:
-        return self.cp._sync(self.cp._store._commits.submit(fn))  # type: ignore[attr-defined]
+        return self.cp.run_sync(self.cp._store._commits.submit(fn))  # type: ignore[attr-defined]
 
     def _pg(self, fn: Callable[[Any], Any]) -> Any:
-        return self.cp._sync(self.cp._store._run(fn, tx=True))  # type: ignore[attr-defined]
+        return self.cp.run_sync(self.cp._store._run(fn, tx=True))  # type: ignore[attr-defined]
 
     def _redis(self, thread: str) -> tuple[Any, dict[str, str]]:
         from langgraph_ckpt_ext.backends.redis.layout import THREAD_KEYS, thread_keys

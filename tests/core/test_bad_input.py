@@ -122,13 +122,13 @@ def test_blob_naming_class_outside_allowlist_is_refused(
         finally:
             client.close()
     elif hasattr(store, "_run"):  # PostgreSQL
-        saver._sync(store._run(lambda conn: conn.execute(
+        saver.run_sync(store._run(lambda conn: conn.execute(
             "UPDATE lgx_blobs SET type = $1, data = $2, base_version = NULL "
             "WHERE thread_id = $3 AND channel = $4 AND version = $5",
             row.type, row.data, "evil", "messages", row.version,
         ), tx=True))
     else:
-        saver._sync(store._commits.submit(lambda conn: conn.execute(
+        saver.run_sync(store._commits.submit(lambda conn: conn.execute(
             "UPDATE lgx_blobs SET type = ?, data = ?, base_version = NULL "
             "WHERE thread_id = ? AND channel = ? AND version = ?",
             (row.type, row.data, "evil", "messages", row.version),

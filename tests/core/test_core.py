@@ -253,9 +253,9 @@ def _blob_rows(saver: Any, thread: str, h: SaverHandle | None = None) -> list[An
         return out
     query = "SELECT channel, version, type, data, base_version FROM lgx_blobs WHERE thread_id = "
     if hasattr(store, "_fetchall"):
-        rows = saver._sync(store._fetchall(query + "?", (thread,)))
+        rows = saver.run_sync(store._fetchall(query + "?", (thread,)))
     else:
-        rows = saver._sync(store._fetch(query + "$1", thread))
+        rows = saver.run_sync(store._fetch(query + "$1", thread))
     return [BlobRow(*r) for r in rows]
 
 
@@ -375,7 +375,7 @@ def test_migration_chain_shape() -> None:
 def test_newer_storage_version_is_refused(tmp_path: Path) -> None:
     db = tmp_path / "future.db"
     with SQLiteCheckpointer(db) as saver:
-        saver._sync(saver._store._commits.submit(lambda conn: conn.execute(
+        saver.run_sync(saver._store._commits.submit(lambda conn: conn.execute(
             "INSERT INTO lgx_migrations (version, applied_at) VALUES (?, 'x')", (LATEST + 1,)
         )))
     with pytest.raises(StorageVersionError, match="upgrade"):

@@ -16,7 +16,7 @@ from tests.support.savers import open_saver
 
 
 def _run(cp: StoreCheckpointer, coro: Any) -> Any:
-    return cp._sync(coro)
+    return cp.run_sync(coro)
 
 
 def _seed(cp: StoreCheckpointer, thread: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -25,7 +25,7 @@ TRANSACTIONAL = ("sqlite", "sqlite-memory", "postgres")
 
 
 def _run(cp: StoreCheckpointer, coro: Any) -> Any:
-    return cp._sync(coro)
+    return cp.run_sync(coro)
 
 
 def _config(thread: str, ns: str = "", cid: str | None = None) -> Any:

@@ -97,9 +97,21 @@ def require(server: str) -> None:
     if _marks_of_current_test is not None and server not in _marks_of_current_test:
         raise AssertionError(f"this test uses {SERVERS[server][0]} but is not marked "
                              f"@pytest.mark.{server}")
+    unless_reachable(server)
+
+
+def unless_reachable(server: str) -> None:
+    """Stop a test that needs `server` when it does not answer: skipped with the reason, or,
+    where the run requires the servers (`LGCKPT_TEST_SERVERS=required`, as `scripts/test.sh`
+    and CI run the suite), failed with it: a run that should test everything never passes by
+    skipping."""
     reason = unreachable(server)
-    if reason:
-        pytest.skip(reason)
+    if reason is None:
+        return
+    if os.environ.get("LGCKPT_TEST_SERVERS") == "required":
+        pytest.fail(f"{reason} (this run requires the servers: LGCKPT_TEST_SERVERS=required)",
+                    pytrace=False)
+    pytest.skip(reason)
 
 
 # -- storage names and their cleanup --------------------------------------------------------------

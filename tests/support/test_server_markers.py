@@ -24,17 +24,35 @@ def _dead_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_marked_tests_skip_with_the_reason_when_the_servers_are_down() -> None:
+def _run_on_dead_ports(required: bool) -> tuple[subprocess.CompletedProcess[str], int, int]:
     pg, rd = _dead_port(), _dead_port()
     env = {**os.environ, "LGCKPT_TEST_PG_DSN": f"postgresql://postgres@127.0.0.1:{pg}/test",
-           "LGCKPT_TEST_REDIS_URL": f"redis://127.0.0.1:{rd}/0"}
+           "LGCKPT_TEST_REDIS_URL": f"redis://127.0.0.1:{rd}/0",
+           "LGCKPT_TEST_SERVERS": "required" if required else ""}
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs",
          "-q", TARGET],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return run, pg, rd
+
+
+def test_marked_tests_skip_with_the_reason_when_the_servers_are_down() -> None:
+    run, pg, rd = _run_on_dead_ports(required=False)
     out = run.stdout
     assert run.returncode == 0, out + run.stderr
     assert "2 passed, 2 skipped" in out, out  # memory and sqlite ran
+    assert f"PostgreSQL not reachable at 127.0.0.1:{pg}: " in out, out
+    assert f"Redis not reachable at 127.0.0.1:{rd}: " in out, out
+
+
+def test_a_run_that_requires_the_servers_fails_instead_of_skipping() -> None:
+    """`scripts/test.sh` (and so CI) sets LGCKPT_TEST_SERVERS=required: there a server that is
+    down fails its tests, with the reason, so that the suite never passes by skipping them."""
+    run, pg, rd = _run_on_dead_ports(required=True)
+    out = run.stdout
+    assert run.returncode == 1, out + run.stderr
+    assert "2 passed, 2 errors" in out, out  # failed at setup, with the reason
+    assert "skipped" not in out, out
     assert f"PostgreSQL not reachable at 127.0.0.1:{pg}: " in out, out
     assert f"Redis not reachable at 127.0.0.1:{rd}: " in out, out
 

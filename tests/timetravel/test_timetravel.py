@@ -50,7 +50,7 @@ def dump(saver: StoreCheckpointer, thread: str) -> list[Any]:
                           for cid, ws in writes.items() for w in ws)
         return out
 
-    return saver._sync(go())
+    return saver.run_sync(go())
 
 
 def chat(saver: StoreCheckpointer, thread: str, turns: int) -> Any:

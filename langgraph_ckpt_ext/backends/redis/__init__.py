@@ -140,21 +140,21 @@ class RedisCheckpointer(Checkpointer):
         await self.store.pin(str(thread_id), True)
 
     def pin(self, thread_id: str) -> None:
-        self._sync(self.apin(thread_id))
+        self.run_sync(self.apin(thread_id))
 
     async def aunpin(self, thread_id: str) -> None:
         """Give a pinned thread the TTL again, counted from now."""
         await self.store.pin(str(thread_id), False)
 
     def unpin(self, thread_id: str) -> None:
-        self._sync(self.aunpin(thread_id))
+        self.run_sync(self.aunpin(thread_id))
 
     async def athread_keys(self, thread_id: str) -> list[str]:
         """The keys holding a thread (those that exist), e.g. for `MEMORY USAGE`."""
         return await self.store.existing_keys(str(thread_id))
 
     def thread_keys(self, thread_id: str) -> list[str]:
-        return self._sync(self.athread_keys(thread_id))
+        return self.run_sync(self.athread_keys(thread_id))
 
     async def asweep(self) -> int:
         """Drop the index entries of threads that expired; returns how many. Runs by itself
@@ -162,4 +162,4 @@ class RedisCheckpointer(Checkpointer):
         return await self.store.sweep()
 
     def sweep(self) -> int:
-        return self._sync(self.asweep())
+        return self.run_sync(self.asweep())

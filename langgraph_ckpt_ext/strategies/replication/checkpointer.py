@@ -231,12 +231,9 @@ class ReplicatedCheckpointer(SaverInterface, TimeTravel, Forwarded):
 
     if not TYPE_CHECKING:  # (for mypy, an unknown attribute stays an error)
         def __getattr__(self, name: str) -> Any:
-            # `not_forwarded` reads the wrapped saver from the instance's own attributes;
-            # the primary is the failover's (a property here): put there as it is now.
-            failover = vars(self).get("_failover")
-            if failover is not None:
-                vars(self)["primary"] = failover.primary
-            raise not_forwarded(self, "primary", name, "the replicas")
+            failover = vars(self).get("_failover")  # None while being built
+            primary = failover.primary if failover is not None else None
+            raise not_forwarded(self, primary, "primary", name, "the replicas")
 
     # -- waiting, repairing, closing --------------------------------------------------------
 

@@ -327,7 +327,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded, Closing
 
     if not TYPE_CHECKING:  # (for mypy, an unknown attribute stays an error)
         def __getattr__(self, name: str) -> Any:
-            raise not_forwarded(self, "inner", name, "the buffer")
+            # vars(): no attribute lookup that could come back here while being built
+            raise not_forwarded(self, vars(self).get("inner"), "inner", name, "the buffer")
 
     # -- lifecycle --------------------------------------------------------------------------
 
