@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .backends.redis import RedisCheckpointer
     from .backends.sqlite import SQLiteCheckpointer
     from .connecting import connect
+    from .core.retention import ErasureReport, Retention, SweepReport, ThreadState
     from .core.rows import MigrationEntry
     from .core.schema import SchemaChain, SchemaStep
     from .migrations.runner import MigrationProgress, MigrationReport
@@ -74,6 +75,8 @@ _LAZY = {
     "RedisCheckpointer": ".backends.redis",
     "connect": ".connecting",
     "MigrationEntry": ".core.rows",
+    **dict.fromkeys(("ErasureReport", "Retention", "SweepReport", "ThreadState"),
+                    ".core.retention"),
     "SchemaChain": ".core.schema",
     "SchemaStep": ".core.schema",
     "MigrationProgress": ".migrations.runner",
@@ -99,6 +102,7 @@ __all__ = [
     "CheckpointerError",
     "CorruptBlobError",
     "CorruptChainError",
+    "ErasureReport",
     "EveryStep",
     "Hybrid",
     "InMemoryCheckpointer",
@@ -120,6 +124,7 @@ __all__ = [
     "ReplicatedCheckpointer",
     "ReplicationError",
     "ReplicationStatus",
+    "Retention",
     "SQLiteCheckpointer",
     "SchemaChain",
     "SchemaStep",
@@ -129,8 +134,10 @@ __all__ = [
     "StorageVersionError",
     "StoreBusyError",
     "StoreUnavailableError",
+    "SweepReport",
     "ThreadExistsError",
     "ThreadNotFoundError",
+    "ThreadState",
     "ToolCall",
     "ToolSpec",
     "WorkingMemory",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -13,6 +15,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..core.appendlog import DEFAULT_MAX_BYTES
 from ..core.codec import writes_order
 from ..core.opening import Opening
+from ..core.retention import LifecycleEvent, Retention, ThreadState
 from ..core.rows import (
     AuditSwitch,
     BlobRef,
@@ -46,7 +49,22 @@ class MemoryStore:
         self.latest: dict[_NsKey, str] = {}  # newest checkpoint id per namespace
         self.migrations: dict[tuple[str, str, str, int], MigrationEntry] = {}
         self.audit_log: list[AuditSwitch] = []
+        self.threads: dict[str, ThreadState] = {}  # lifecycle rows
+        self.lifecycle: list[LifecycleEvent] = []
+        self.clock: Callable[[], float] = time.time
         self._lock = threading.RLock()
+        self._sweeping = threading.Lock()
+
+    def _wrote(self, thread_id: str, *, activity: bool = True) -> None:
+        """A write to the thread: its lifecycle row's generation (and, for `activity`, its
+        last write time) moves on."""
+        now = self.clock()
+        state = self.threads.get(thread_id)
+        if state is None:
+            state = ThreadState(thread_id, now, now)
+        self.threads[thread_id] = replace(
+            state, generation=state.generation + 1,
+            written_at=now if activity else state.written_at)
 
     def _put_blobs(self, thread_id: str, ns: str, blobs: Sequence[BlobRow]) -> set[str]:
         fell_back: set[str] = set()
@@ -66,6 +84,7 @@ class MemoryStore:
             self.checkpoints[key][row.checkpoint_id] = row
             if self.latest.get(key, "") < row.checkpoint_id:
                 self.latest[key] = row.checkpoint_id
+            self._wrote(row.thread_id)
         return fell_back
 
     async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
@@ -80,6 +99,8 @@ class MemoryStore:
                 if row.idx >= 0 and key in bucket:
                     continue
                 bucket[key] = row
+            for thread_id in {row.thread_id for row in rows}:
+                self._wrote(thread_id)
 
     async def read_checkpoint(
         self, thread_id: str, ns: str, checkpoint_id: str | None
@@ -188,6 +209,7 @@ class MemoryStore:
                 del self.writes[w_key]
             for m_key in [k for k in self.migrations if k[0] == thread_id]:
                 del self.migrations[m_key]
+            self.threads.pop(thread_id, None)
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         with self._lock:
@@ -206,6 +228,8 @@ class MemoryStore:
                     target_w = self.writes[(target_thread_id, ns, cid)]
                     for key, w in writes.items():
                         target_w.setdefault(key, replace(w, thread_id=target_thread_id))
+            if source_thread_id in self.threads:
+                self._wrote(target_thread_id)
 
     async def find_runs(self, run_ids: Collection[str]) -> list[tuple[str, str, str]]:
         wanted = set(run_ids)
@@ -265,6 +289,7 @@ class MemoryStore:
                 for w in writes:
                     bucket[(w.task_id, w.idx)] = w
             self.migrations[entry.key] = entry
+            self._wrote(row.thread_id, activity=False)
             return True
 
     async def read_migrations(self, thread_id: str | None = None) -> list[MigrationEntry]:
@@ -305,6 +330,78 @@ class MemoryStore:
     async def storage_version(self) -> int:
         return 0
 
+    # -- the thread lifecycle ---------------------------------------------------------------
+
+    async def thread_states(
+        self, cursor: str | None, limit: int
+    ) -> tuple[list[ThreadState], str | None]:
+        with self._lock:
+            ids = sorted(t for t in self.threads if cursor is None or t > cursor)[:limit]
+            states = [self.threads[t] for t in ids]
+        return states, (ids[-1] if len(ids) == limit else None)
+
+    async def thread_state(self, thread_id: str) -> ThreadState | None:
+        with self._lock:
+            return self.threads.get(thread_id)
+
+    def _row(self, thread_id: str) -> ThreadState:
+        state = self.threads.get(thread_id)
+        if state is None:
+            now = self.clock()
+            state = self.threads[thread_id] = ThreadState(thread_id, now, now)
+        return state
+
+    async def set_pinned(self, thread_id: str, pinned: bool) -> None:
+        with self._lock:
+            self.threads[thread_id] = replace(self._row(thread_id), pinned=pinned)
+
+    async def set_policy(self, thread_id: str, policy: str | None) -> None:
+        with self._lock:
+            self.threads[thread_id] = replace(self._row(thread_id), policy=policy)
+
+    async def touch_thread(self, thread_id: str) -> None:
+        with self._lock:
+            state = self.threads.get(thread_id)
+            if state is not None:
+                self.threads[thread_id] = replace(state, read_at=self.clock())
+
+    async def expire_thread(self, thread_id: str, generation: int) -> bool:
+        with self._lock:
+            state = self.threads.get(thread_id)
+            if state is None or state.generation != generation:
+                return False
+            await self.delete_thread(thread_id)
+            return True
+
+    async def mark_swept(self, thread_id: str, generation: int) -> None:
+        with self._lock:
+            state = self.threads.get(thread_id)
+            if state is not None:
+                self.threads[thread_id] = replace(state, swept=generation)
+
+    @contextlib.asynccontextmanager
+    async def sweep_lock(self) -> AsyncIterator[bool]:
+        held = self._sweeping.acquire(blocking=False)
+        try:
+            yield held
+        finally:
+            if held:
+                self._sweeping.release()
+
+    async def housekeep(self, limit: int | None) -> int:
+        return 0
+
+    async def log_lifecycle(self, events: Sequence[LifecycleEvent]) -> None:
+        with self._lock:
+            self.lifecycle.extend(events)
+
+    async def read_lifecycle(self, thread: str | None = None) -> list[LifecycleEvent]:
+        with self._lock:
+            return [e for e in self.lifecycle if thread in (None, e.thread)]
+
+    async def vacuum(self) -> tuple[int, int]:
+        return 0, 0
+
     def refuses(self, exc: BaseException) -> bool:
         """Nothing here is a server that refuses: only caller errors are not outages."""
         return False
@@ -333,6 +430,9 @@ class InMemoryCheckpointer(Checkpointer):
         audit: turn auditing on for the store, recorded in it (every checkpointer writing to
             it then seals each checkpoint; False turns nothing off): see `verify`,
             `enable_audit` and `disable_audit`.
+        retention: the retention policy of threads without their own (`Retention`, or
+            LangGraph Platform's `checkpointer.ttl` mapping): see `sweep`.
+        sweep_every: seconds between background sweeps (None: sweep when asked).
 
     Example:
         >>> from langgraph_ckpt_ext import InMemoryCheckpointer
@@ -348,11 +448,14 @@ class InMemoryCheckpointer(Checkpointer):
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
         unsafe_allow_any_class: bool = False,
+        retention: Retention | Mapping[str, Any] | None = None,
+        sweep_every: float | None = None,
     ) -> None:
         super().__init__(
             MemoryStore(), serde=serde, snapshot_every=snapshot_every,
             append_log_bytes=append_log_bytes, schema_chain=schema_chain,
             audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
+            retention=retention, sweep_every=sweep_every,
         )
 
     @classmethod

@@ -70,14 +70,24 @@ class Pruning(SaverBase):
         return sorted(victims, key=lambda v: (v[1], v[0]), reverse=True)
 
     async def _prune_victims(self, thread_id: str) -> builtins.list[tuple[str, str]]:
+        return await self._trim_victims(thread_id, 1)
+
+    async def _trim_victims(self, thread_id: str, keep: int) -> builtins.list[tuple[str, str]]:
+        """The checkpoints beyond each namespace's newest `keep`, less what a kept one's
+        `DeltaChannel`s need to rebuild their values."""
         rows = [r async for r in self._store.iter_checkpoints(ListQuery(thread_id=thread_id))]
         by_ns: dict[str, dict[str, CheckpointRow]] = defaultdict(dict)
         for row in rows:
             by_ns[row.checkpoint_ns][row.checkpoint_id] = row
         victims: builtins.list[tuple[str, str]] = []
         for ns, by_id in by_ns.items():
-            keep = await self._delta_ancestry(thread_id, ns, by_id, max(by_id))
-            victims += [(ns, cid) for cid in by_id if cid not in keep]
+            if len(by_id) <= keep:
+                continue
+            kept: set[str] = set()
+            for cid in sorted(by_id, reverse=True)[:keep]:
+                if cid not in kept:
+                    kept |= await self._delta_ancestry(thread_id, ns, by_id, cid)
+            victims += [(ns, cid) for cid in by_id if cid not in kept]
         return victims
 
     async def _delta_ancestry(

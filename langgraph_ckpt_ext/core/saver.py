@@ -35,9 +35,10 @@ from .bridge import Bridge, run_inline
 from .config import check_id
 from .failures import unavailable
 from .filters import validate_filter
+from .lifecycle import Lifecycle
 from .lifetime import store_lifetime
-from .prune import Pruning
 from .reading import Reading, list_query
+from .retention import Retention
 from .rows import MigrationEntry, StoredSize
 from .schema import SchemaChain, stored_schema_version
 from .serde import loading_serde, strict_serde
@@ -51,7 +52,7 @@ __all__ = [
 T = TypeVar("T")
 
 
-class StoreCheckpointer(Batches, Reading, Pruning):
+class StoreCheckpointer(Lifecycle, Batches, Reading):
     """A checkpointer over a `Store`; one object serves sync and async graph calls.
 
     Args:
@@ -74,6 +75,10 @@ class StoreCheckpointer(Batches, Reading, Pruning):
             stored checkpoints altered, deleted or replaced since (see
             `langgraph_ckpt_ext.core.audit`). False turns nothing off: that is
             `disable_audit(reason=...)`.
+        retention: the retention policy of every thread without its own (`Retention`, a
+            mapping of its fields, or LangGraph Platform's `checkpointer.ttl` mapping, whose
+            `sweep_interval_minutes` starts the background sweeper): see `sweep`.
+        sweep_every: seconds between background sweeps (a daemon thread; None: none).
     """
 
     _where = ""  # what `repr` shows of where it stores: a path, a URL without its password
@@ -89,6 +94,8 @@ class StoreCheckpointer(Batches, Reading, Pruning):
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
         unsafe_allow_any_class: bool = False,
+        retention: Retention | Mapping[str, Any] | None = None,
+        sweep_every: float | None = None,
     ) -> None:
         super().__init__(serde=loading_serde(serde, unsafe_allow_any_class=unsafe_allow_any_class))
         self.schema_chain = schema_chain
@@ -103,6 +110,7 @@ class StoreCheckpointer(Batches, Reading, Pruning):
         self._log = AppendLog(snapshot_every, append_log_bytes)
         self._bridge = bridge or Bridge(f"lgckpt-{type(self).__name__}")
         self._lifetime = store_lifetime(type(self).__name__, store, self._bridge)
+        self._configure_lifecycle(retention, sweep_every)
 
     @property
     def stored(self) -> StoredRows:
@@ -263,6 +271,7 @@ class StoreCheckpointer(Batches, Reading, Pruning):
         self._bridge.close()
 
     def _closing(self) -> None:
+        self.stop_sweeper()
         if self._lifetime is not None:  # closed by its owner: nothing to release when dropped
             self._lifetime.closed()
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
+from .retention import LifecycleEvent, ThreadState
 from .rows import (
     AuditSwitch,
     BlobRef,
@@ -34,6 +36,9 @@ class Store(Protocol):
     """
 
     inline: bool
+    clock: Callable[[], float]
+    """The time (epoch seconds) the store stamps on thread lifecycle rows (`time.time`
+    unless the checkpointer was given a clock: tests inject one)."""
     wants_versions: bool
     """True for a store whose checkpoint rows must list the blob versions they read (Redis:
     its read scripts fetch exactly those); the others find them by key."""
@@ -180,6 +185,75 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+    # -- the thread lifecycle (retention, sweeps, erasure) ---------------------------------
+    #
+    # Each thread has a lifecycle row (`ThreadState`). Every write of a checkpoint or of
+    # pending writes (`write_checkpoint`, `write_batch`, `write_writes`), in the same
+    # transaction or script, creates it if missing (`created_at` = now), sets `written_at` to
+    # now and raises `generation`; `rewrite_checkpoint` and `copy_thread` (the target's row)
+    # raise `generation` too. `delete_checkpoints` leaves the row as it is; `delete_thread`
+    # deletes it. "Now" is `clock()`. Storage that predates the rows gets one per thread,
+    # stamped with the time of that storage migration.
+
+    async def thread_states(
+        self, cursor: str | None, limit: int
+    ) -> tuple[list[ThreadState], str | None]:
+        """Up to `limit` lifecycle rows, in an order of the store's choosing, from `cursor`
+        (None: the start); with the cursor of the next page (None: no more). A row whose
+        thread expired by a native TTL meanwhile may be left out."""
+        ...
+
+    async def thread_state(self, thread_id: str) -> ThreadState | None:
+        """One thread's lifecycle row (None: the thread has none)."""
+        ...
+
+    async def set_pinned(self, thread_id: str, pinned: bool) -> None:
+        """Pin (exempt from every retention rule and TTL) or unpin a thread; creates its row
+        (`generation` 0) if it has none, so a thread can be pinned before its first write."""
+        ...
+
+    async def set_policy(self, thread_id: str, policy: str | None) -> None:
+        """Set (None: drop) a thread's own retention policy (`Retention.to_json`); creates its
+        row as `set_pinned` does."""
+        ...
+
+    async def touch_thread(self, thread_id: str) -> None:
+        """Record a read of the thread (`read_at` = now), if it has a row."""
+        ...
+
+    async def expire_thread(self, thread_id: str, generation: int) -> bool:
+        """Delete the thread as `delete_thread` does, atomically, only if its row's
+        `generation` is still `generation`; False (nothing changed) if it was written since,
+        or has no row."""
+        ...
+
+    async def mark_swept(self, thread_id: str, generation: int) -> None:
+        """Record that the sweeper cut the thread's history at `generation` (`swept`)."""
+        ...
+
+    def sweep_lock(self) -> AbstractAsyncContextManager[bool]:
+        """Hold the store's sweep lock for a pass: yields False at once if another sweeper
+        (another process on a shared store) holds it. A killed holder's lock is released."""
+        ...
+
+    async def housekeep(self, limit: int | None) -> int:
+        """The store's own clean-up for a sweep pass (Redis: index entries of threads gone by
+        TTL); how many entries it dropped."""
+        ...
+
+    async def log_lifecycle(self, events: Sequence[LifecycleEvent]) -> None:
+        """Append deletion records (erasures, expiries, history cuts) to the store's log."""
+        ...
+
+    async def read_lifecycle(self, thread: str | None = None) -> list[LifecycleEvent]:
+        """The logged deletions, oldest first; of one thread's digest, or all."""
+        ...
+
+    async def vacuum(self) -> tuple[int, int]:
+        """Give the space of deleted rows back (SQLite: incremental vacuum); the storage's
+        size in bytes before and after (0, 0 where the store cannot tell)."""
+        ...
 
     def refuses(self, exc: BaseException) -> bool:
         """Whether `exc`, raised by this store, is a request the server answered and refused,
