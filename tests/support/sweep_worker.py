@@ -1,0 +1,82 @@
+"""Run in separate processes by the sweep tests: fills a store with threads, or sweeps it
+with an injected clock, printing what it did (one JSON line per event), so that a test can
+run two at once or kill one halfway.
+
+    python -m tests.support.sweep_worker TARGET fill N CHECKPOINTS CLOCK
+    python -m tests.support.sweep_worker TARGET sweep CLOCK IDLE [LIMIT] [PAUSE]
+
+TARGET is `sqlite:<path>`, `postgres:<schema>` or `redis:<key prefix>` (see `open_target`).
+`sweep` deletes every thread not written for IDLE seconds at time CLOCK; with PAUSE (seconds)
+it waits that long after each thread it deletes (the store's `expire_thread` is wrapped), so
+that a test can SIGKILL it mid-pass.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from langgraph.checkpoint.base import empty_checkpoint
+
+from langgraph_ckpt_ext import Retention
+from langgraph_ckpt_ext.core.saver import StoreCheckpointer
+from tests.support.migrate_worker import open_target
+
+
+def say(**event: Any) -> None:
+    print(json.dumps(event), flush=True)
+
+
+def fill(saver: StoreCheckpointer, threads: int, per_thread: int) -> None:
+    """`threads` threads `t00000`... of `per_thread` checkpoints each (a growing list)."""
+    for t in range(threads):
+        config: Any = {"configurable": {"thread_id": f"t{t:05d}", "checkpoint_ns": ""}}
+        version = None
+        for i in range(per_thread):
+            ckpt = empty_checkpoint()
+            version = saver.get_next_version(version, None)
+            ckpt["channel_values"] = {"items": list(range(i + 1))}
+            ckpt["channel_versions"] = {"items": version}
+            config = saver.put(config, ckpt, {"step": i, "source": "loop"},
+                               {"items": version})
+    say(event="filled", threads=threads)
+
+
+def main(target: str, mode: str, *args: str) -> None:
+    saver = open_target(target)
+    try:
+        if mode == "fill":
+            threads, per_thread, clock = int(args[0]), int(args[1]), float(args[2])
+            saver.clock = lambda: clock
+            fill(saver, threads, per_thread)
+        elif mode == "sweep":
+            clock, idle = float(args[0]), float(args[1])
+            limit = int(args[2]) if len(args) > 2 and args[2] != "-" else None
+            pause = float(args[3]) if len(args) > 3 else 0.0
+            saver.clock = lambda: clock
+            saver.retention = Retention(idle=idle)
+            store: Any = saver._store
+            expire = store.expire_thread
+
+            async def slow_expire(thread_id: str, generation: int) -> bool:
+                done = await expire(thread_id, generation)
+                say(event="expired", thread=thread_id, done=done)
+                if pause:
+                    time.sleep(pause)
+                return bool(done)
+
+            store.expire_thread = slow_expire
+            say(event="start")
+            report = saver.sweep(limit)
+            say(event="done", deleted=len(report.deleted), locked_out=report.locked_out,
+                busy=len(report.busy), examined=report.examined)
+        else:
+            raise SystemExit(f"unknown mode {mode!r}")
+    finally:
+        saver.close()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
