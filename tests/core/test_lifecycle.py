@@ -222,10 +222,10 @@ def test_sweeps_beside_a_running_graph_leave_threads_whole_or_gone(handle: Saver
 
     def run() -> None:
         try:
-            for i in range(15):
+            for _ in range(15):
                 chat(cp, "busy", turns=1)
                 clock.advance(2)  # every thread looks expired to the next sweep
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
         finally:
             stop.set()
