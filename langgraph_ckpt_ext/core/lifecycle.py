@@ -20,7 +20,7 @@ from typing import Any
 from langgraph.checkpoint.base import CheckpointTuple
 
 from .config import check_id
-from .errors import InvalidConfigError
+from .errors import InvalidConfigError, StoreBusyError
 from .filters import matches, validate_filter
 from .graph import INTERRUPT
 from .prune import Pruning
@@ -299,7 +299,11 @@ class Lifecycle(Pruning):
             if current is None or current.generation != state.generation:
                 report.busy.append(tid)
                 return False
-            await self._store.delete_checkpoints(tid, victims, self._plan_gc)
+            try:
+                await self._store.delete_checkpoints(tid, victims, self._plan_gc)
+            except StoreBusyError:  # its writers kept it past the store's wait: next pass
+                report.busy.append(tid)
+                return False
             self._log.forget(tid)
             report.trimmed[tid] = len(victims)
             report.checkpoints_deleted += len(victims)

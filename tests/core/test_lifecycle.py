@@ -316,3 +316,27 @@ def test_background_sweeper(tmp_path: Path) -> None:
     finally:
         cp.close()
     assert cp._sweeper is None
+
+
+def test_a_cut_the_store_is_too_busy_for_is_skipped_not_fatal(tmp_path: Path) -> None:
+    """`delete_checkpoints` raising StoreBusyError (PostgreSQL: a writer held the thread past
+    lock_timeout) marks that thread busy; the pass goes on with the others."""
+    from langgraph_ckpt_ext import InMemoryCheckpointer
+    from langgraph_ckpt_ext.core.errors import StoreBusyError
+
+    cp = InMemoryCheckpointer(retention={"keep": 1})
+    chat(cp, "a", turns=2)
+    chat(cp, "b", turns=2)
+    store: Any = cp._store
+    delete = store.delete_checkpoints
+
+    async def busy_for_a(thread_id: str, *args: Any) -> None:
+        if thread_id == "a":
+            raise StoreBusyError("thread 'a' is being written")
+        await delete(thread_id, *args)
+
+    store.delete_checkpoints = busy_for_a
+    report = cp.sweep()
+    assert report.busy == ["a"] and list(report.trimmed) == ["b"]
+    store.delete_checkpoints = delete
+    assert list(cp.sweep().trimmed) == ["a"]  # the next pass finishes the job
