@@ -76,6 +76,40 @@ MIGRATIONS: list[list[str]] = [
             reason TEXT NOT NULL
         )""",
     ],
+    # 5: the thread lifecycle (retention, sweeps, erasure): one row per thread, kept by every
+    # write in the write's own transaction, and the log of deletions (thread ids as digests).
+    # Existing threads get a row stamped with the time of this migration: when they were
+    # really created or last written is not known, and the migration time is the conservative
+    # guess (an idle policy counts from the upgrade, never expiring a thread early).
+    # Beside this step, `setup` switches an existing file to incremental auto-vacuum (a
+    # VACUUM, which no transaction can hold: see `store._incremental_auto_vacuum`).
+    [
+        """CREATE TABLE lgx_threads (
+            thread_id TEXT PRIMARY KEY,
+            created_at REAL NOT NULL,
+            written_at REAL NOT NULL,
+            read_at REAL,
+            generation INTEGER NOT NULL DEFAULT 0,
+            pinned INTEGER NOT NULL DEFAULT 0,
+            policy TEXT,
+            swept INTEGER
+        ) WITHOUT ROWID""",
+        """CREATE TABLE lgx_lifecycle_log (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            at REAL NOT NULL,
+            action TEXT NOT NULL,
+            thread TEXT NOT NULL,
+            checkpoints INTEGER NOT NULL,
+            reason TEXT NOT NULL DEFAULT ''
+        )""",
+        "CREATE INDEX lgx_lifecycle_log_thread ON lgx_lifecycle_log (thread, seq)",
+        # now, in epoch seconds (julianday: SQLite before 3.42 has no subsecond unixepoch)
+        """INSERT OR IGNORE INTO lgx_threads (thread_id, created_at, written_at, generation)
+        SELECT tid, now, now, 1
+        FROM (SELECT thread_id AS tid FROM lgx_checkpoints
+              UNION SELECT thread_id FROM lgx_writes),
+             (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now)""",
+    ],
 ]
 
 LATEST = len(MIGRATIONS)
