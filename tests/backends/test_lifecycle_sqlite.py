@@ -371,6 +371,25 @@ def test_a_busy_file_keeps_working_and_vacuum_switches_it_later(tmp_path: Path) 
     assert pragma(db, "auto_vacuum") == 2
 
 
+def test_the_switch_reads_the_file_not_a_stale_header(tmp_path: Path) -> None:
+    """A connection that read the header before another process switched the file sees the
+    switch (else every setup of a long-lived process would VACUUM the file again)."""
+    db = tmp_path / "stale.db"
+    old = sqlite3.connect(db, isolation_level=None)
+    old.execute("PRAGMA journal_mode = WAL")
+    old.execute("CREATE TABLE pad (x BLOB)")
+    assert old.execute("PRAGMA auto_vacuum").fetchone()[0] == 0  # cached now
+    other = sqlite3.connect(db, isolation_level=None)
+    assert _incremental_auto_vacuum(other) is True
+    assert old.execute("PRAGMA auto_vacuum").fetchone()[0] == 0  # the stale cache
+    vacuums: list[str] = []
+    old.set_trace_callback(lambda statement: vacuums.append(statement)
+                           if statement.startswith("VACUUM") else None)
+    assert _incremental_auto_vacuum(old) is True and vacuums == []
+    for c in (old, other):
+        c.close()
+
+
 # -- sweeps by several processes on one file ------------------------------------------------------
 
 
@@ -409,7 +428,7 @@ def _expired_lines(proc: subprocess.Popen[str], n: int) -> list[dict[str, Any]]:
 def test_two_processes_sweeping_one_file_one_pass_deletes(db: Path) -> None:
     target, threads = f"sqlite:{db}", 8
     _fill(target, threads, 2)
-    first = _worker(target, "sweep", T0 + 100, 10, "-", 1.0)
+    first = _worker(target, "sweep", T0 + 100, 10, "-", 1.5)  # a pass of 12 s
     early = _expired_lines(first, 1)  # the first pass holds the lock, mid-pass
     second = _events(_worker(target, "sweep", T0 + 100, 10))
     assert first.poll() is None  # still sweeping when the second one ended
@@ -459,7 +478,7 @@ def test_a_sigkilled_sweep_leaves_threads_whole_or_gone(db: Path) -> None:
 def test_a_thread_written_by_another_process_during_a_sweep_is_skipped(db: Path) -> None:
     target, threads = f"sqlite:{db}", 6
     _fill(target, threads, 2)
-    proc = _worker(target, "sweep", T0 + 100, 10, "-", 0.3)
+    proc = _worker(target, "sweep", T0 + 100, 10, "-", 0.6)
     last = f"t{threads - 1:05}"
     try:
         _expired_lines(proc, 1)  # the pass read every row already (one page)
