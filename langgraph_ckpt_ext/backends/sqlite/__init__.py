@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import aiosqlite
@@ -11,6 +12,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.bridge import Bridge
 from ...core.opening import Opening, set_up
+from ...core.retention import Retention
 from ...core.saver import loading_serde
 from ...core.urls import parse_url
 from ...migrations import SchemaChain
@@ -42,11 +44,22 @@ async def _connect(path: str, busy_timeout: float) -> aiosqlite.Connection:
     return await conn
 
 
+async def _is_new(conn: aiosqlite.Connection) -> bool:
+    """Whether the database is empty (a new file, or memory): not a page written yet."""
+    async with conn.execute("PRAGMA page_count") as cursor:
+        row = await cursor.fetchone()
+    return row is not None and int(row[0]) == 0
+
+
 async def _open_store(path: str, busy_timeout: float, synchronous: str) -> SQLiteStore:
     if synchronous.upper() not in _SYNC_LEVELS:
         raise ValueError(f"synchronous must be one of {_SYNC_LEVELS}, got {synchronous!r}")
     writer = await _connect(path, busy_timeout)
     pragmas = [f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}"]
+    if not _is_read_only(path) and await _is_new(writer):
+        # Before anything creates the file (WAL mode included): afterwards, only a VACUUM
+        # can switch it (see `store._incremental_auto_vacuum`).
+        pragmas.append("PRAGMA auto_vacuum = INCREMENTAL")
     if _is_memory(path):
         reader = None
     else:
@@ -87,6 +100,11 @@ class SQLiteCheckpointer(Checkpointer):
         audit: turn auditing on for the store, recorded in it (every checkpointer writing to
             it then seals each checkpoint; False turns nothing off): see `verify`,
             `enable_audit` and `disable_audit`.
+        retention: the retention policy of threads without their own (`Retention`, or
+            LangGraph Platform's `checkpointer.ttl` mapping): see `sweep`. Several processes
+            may sweep one file: one pass runs at a time (a lock file `<path>-sweep.lock`
+            beside it). `vacuum` gives the space of deleted threads back to the file system.
+        sweep_every: seconds between background sweeps (None: sweep when asked).
 
     Example:
         >>> cp = SQLiteCheckpointer("agent.db")                      # doctest: +SKIP
@@ -107,6 +125,8 @@ class SQLiteCheckpointer(Checkpointer):
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
         unsafe_allow_any_class: bool = False,
+        retention: Retention | Mapping[str, Any] | None = None,
+        sweep_every: float | None = None,
         _store: SQLiteStore | None = None,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -125,6 +145,7 @@ class SQLiteCheckpointer(Checkpointer):
             store, serde=serde, snapshot_every=snapshot_every,
             append_log_bytes=append_log_bytes, bridge=bridge,
             schema_chain=schema_chain, audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
+            retention=retention, sweep_every=sweep_every,
         )
         if setup and _store is None:
             self._setup_or_close()

@@ -76,6 +76,51 @@ MIGRATIONS: list[list[str]] = [
             reason TEXT NOT NULL
         )""",
     ],
+    # 5: the thread lifecycle (retention, sweeps, erasure): one row per thread, kept by every
+    # write in the write's own transaction, and the log of deletions (thread ids as digests).
+    # Existing threads get a row stamped with the time of this migration: when they were
+    # really created or last written is not known, and the migration time is the conservative
+    # guess (an idle policy counts from the upgrade, never expiring a thread early).
+    # Beside this step, `setup` switches an existing file to incremental auto-vacuum (a
+    # VACUUM, which no transaction can hold: see `store._incremental_auto_vacuum`).
+    [
+        """CREATE TABLE lgx_threads (
+            thread_id TEXT PRIMARY KEY,
+            created_at REAL NOT NULL,
+            written_at REAL NOT NULL,
+            read_at REAL,
+            generation INTEGER NOT NULL DEFAULT 0,
+            pinned INTEGER NOT NULL DEFAULT 0,
+            policy TEXT,
+            swept INTEGER
+        ) WITHOUT ROWID""",
+        """CREATE TABLE lgx_lifecycle_log (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            at REAL NOT NULL,
+            action TEXT NOT NULL,
+            thread TEXT NOT NULL,
+            checkpoints INTEGER NOT NULL,
+            reason TEXT NOT NULL DEFAULT ''
+        )""",
+        "CREATE INDEX lgx_lifecycle_log_thread ON lgx_lifecycle_log (thread, seq)",
+        # The thread ids by a loose index scan of each table (one probe per thread: 0.02 s
+        # where reading every row takes 0.3 s, for 1.2 million rows of 2,100 threads); now in
+        # epoch seconds by julianday (SQLite before 3.42 has no subsecond unixepoch).
+        """WITH RECURSIVE
+            c(tid) AS (SELECT MIN(thread_id) FROM lgx_checkpoints
+                       UNION ALL
+                       SELECT (SELECT MIN(thread_id) FROM lgx_checkpoints WHERE thread_id > c.tid)
+                       FROM c WHERE c.tid IS NOT NULL),
+            w(tid) AS (SELECT MIN(thread_id) FROM lgx_writes
+                       UNION ALL
+                       SELECT (SELECT MIN(thread_id) FROM lgx_writes WHERE thread_id > w.tid)
+                       FROM w WHERE w.tid IS NOT NULL)
+        INSERT OR IGNORE INTO lgx_threads (thread_id, created_at, written_at, generation)
+        SELECT tid, now, now, 1
+        FROM (SELECT tid FROM c UNION SELECT tid FROM w),
+             (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now)
+        WHERE tid IS NOT NULL""",
+    ],
 ]
 
 LATEST = len(MIGRATIONS)

@@ -133,6 +133,7 @@ DELETE_THREAD = [
     "DELETE FROM lgx_blobs WHERE thread_id = ?",
     "DELETE FROM lgx_writes WHERE thread_id = ?",
     "DELETE FROM lgx_schema_log WHERE thread_id = ?",
+    "DELETE FROM lgx_threads WHERE thread_id = ?",
 ]
 
 # The schema log (`lgx_schema_log`) is not copied: it records what happened to the source
@@ -204,3 +205,50 @@ FROM lgx_blobs WHERE thread_id = ?1 GROUP BY checkpoint_ns, channel
 UNION ALL
 SELECT checkpoint_ns, 'write', channel, COUNT(*), SUM(length(data))
 FROM lgx_writes WHERE thread_id = ?1 GROUP BY checkpoint_ns, channel"""
+
+# -- the thread lifecycle (one row per thread in lgx_threads) ----------------------------------
+
+# A write of a checkpoint or of pending writes (?1 thread, ?2 now): one statement per thread
+# and transaction, in the write's own transaction.
+UPSERT_THREAD_WRITTEN = """
+INSERT INTO lgx_threads (thread_id, created_at, written_at, generation) VALUES (?1, ?2, ?2, 1)
+ON CONFLICT (thread_id) DO UPDATE SET written_at = excluded.written_at,
+                                      generation = generation + 1"""
+# A schema migration of a stored checkpoint: a change, not activity (written_at stays).
+UPSERT_THREAD_CHANGED = """
+INSERT INTO lgx_threads (thread_id, created_at, written_at, generation) VALUES (?1, ?2, ?2, 1)
+ON CONFLICT (thread_id) DO UPDATE SET generation = generation + 1"""
+# The target of `copy_thread` (?1), written as a write, if the source (?3) has a row.
+UPSERT_THREAD_COPIED = """
+INSERT INTO lgx_threads (thread_id, created_at, written_at, generation)
+SELECT ?1, ?2, ?2, 1 WHERE EXISTS (SELECT 1 FROM lgx_threads WHERE thread_id = ?3)
+ON CONFLICT (thread_id) DO UPDATE SET written_at = excluded.written_at,
+                                      generation = generation + 1"""
+# Pinning or a policy of a thread that may have no row yet (generation 0: never written).
+UPSERT_THREAD_PINNED = """
+INSERT INTO lgx_threads (thread_id, created_at, written_at, generation, pinned)
+VALUES (?1, ?2, ?2, 0, ?3)
+ON CONFLICT (thread_id) DO UPDATE SET pinned = excluded.pinned"""
+UPSERT_THREAD_POLICY = """
+INSERT INTO lgx_threads (thread_id, created_at, written_at, generation, policy)
+VALUES (?1, ?2, ?2, 0, ?3)
+ON CONFLICT (thread_id) DO UPDATE SET policy = excluded.policy"""
+TOUCH_THREAD = "UPDATE lgx_threads SET read_at = ? WHERE thread_id = ?"
+MARK_SWEPT = "UPDATE lgx_threads SET swept = ? WHERE thread_id = ?"
+SELECT_GENERATION = "SELECT generation FROM lgx_threads WHERE thread_id = ?"
+
+_THREAD_COLS = "thread_id, created_at, written_at, read_at, generation, pinned, policy, swept"
+SELECT_THREAD_STATE = f"SELECT {_THREAD_COLS} FROM lgx_threads WHERE thread_id = ?"
+# Keyset pages in thread id order (the primary key): no open cursor between pages.
+SELECT_THREAD_STATES = f"SELECT {_THREAD_COLS} FROM lgx_threads ORDER BY thread_id LIMIT ?"
+SELECT_THREAD_STATES_AFTER = (
+    f"SELECT {_THREAD_COLS} FROM lgx_threads WHERE thread_id > ? ORDER BY thread_id LIMIT ?"
+)
+
+INSERT_LIFECYCLE = """
+INSERT INTO lgx_lifecycle_log (at, action, thread, checkpoints, reason) VALUES (?, ?, ?, ?, ?)"""
+_LIFECYCLE_COLS = "at, action, thread, checkpoints, reason"
+SELECT_LIFECYCLE = f"SELECT {_LIFECYCLE_COLS} FROM lgx_lifecycle_log ORDER BY seq"
+SELECT_THREAD_LIFECYCLE = (
+    f"SELECT {_LIFECYCLE_COLS} FROM lgx_lifecycle_log WHERE thread = ? ORDER BY seq"
+)

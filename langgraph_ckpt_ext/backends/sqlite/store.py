@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import errno
+import logging
+import os
 import sqlite3
+import sys
+import threading
+import time
 from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import aiosqlite
 
 from ...core.errors import check_storage_version
+from ...core.retention import LifecycleEvent, ThreadState
 from ...core.rows import (
     AuditSwitch,
     BlobRef,
@@ -28,6 +36,9 @@ from .worker import Db, GroupCommit
 
 _CHUNK = 400  # keys per statement, well under SQLite's bound-parameter limit
 _PAGE = 64  # checkpoint rows per `list` page
+_INCREMENTAL = 2  # PRAGMA auto_vacuum: 0 none, 1 full, 2 incremental
+
+_log = logging.getLogger("langgraph_ckpt_ext.sqlite")
 
 
 def _checkpoint(r: Iterable[Any]) -> CheckpointRow:
@@ -57,7 +68,58 @@ def _migrate(conn: sqlite3.Connection) -> int:
             conn.execute("ROLLBACK")
             raise
         if current >= LATEST:
+            _incremental_auto_vacuum(conn)
             return current
+
+
+def _auto_vacuum(conn: sqlite3.Connection) -> int:
+    """The file's auto-vacuum mode as stored now. A connection caches the file header, and
+    `PRAGMA auto_vacuum` alone reads the cache: a read transaction refreshes it first (another
+    process may have switched the file meanwhile)."""
+    conn.execute("BEGIN")
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return int(conn.execute("PRAGMA auto_vacuum").fetchone()[0])
+    finally:
+        conn.execute("COMMIT")
+
+
+def _incremental_auto_vacuum(conn: sqlite3.Connection) -> bool:
+    """Switch a file made without auto-vacuum (storage before version 5, or a connection given
+    by the caller) to incremental auto-vacuum, so that `vacuum` can give space back without
+    rewriting the file each time; whether the file is (now) incremental.
+
+    The switch is a VACUUM, which rewrites the whole file once (through the WAL: it needs free
+    disk space about the file's size) and cannot run in a transaction, so it is not a step of
+    `MIGRATIONS` but runs after them, on every `setup` that finds the file not switched yet:
+    idempotent, atomic (a VACUUM commits whole or not at all, even if the process is killed),
+    and safe beside other processes (in WAL mode their readers go on; their writers wait for
+    it, as for any write). A file another process keeps busy past the busy timeout stays as
+    it is, with a warning: it works as before, and the next `setup` or `vacuum` tries again.
+    A file set to FULL auto-vacuum by its owner is left so."""
+    mode = _auto_vacuum(conn)
+    if mode != 0:
+        return mode == _INCREMENTAL
+    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    try:
+        conn.execute("VACUUM")
+    except sqlite3.OperationalError as exc:  # busy past the timeout, or a read-only file
+        _log.warning("could not switch the SQLite file to incremental auto-vacuum (%s); "
+                     "it works as before, and the next setup or vacuum tries again", exc)
+        return False
+    return True
+
+
+def _file_size(conn: sqlite3.Connection, path: str) -> int:
+    """The bytes the database takes: its file and its WAL (pages, for a database in memory)."""
+    if not path:
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        return int(pages) * int(conn.execute("PRAGMA page_size").fetchone()[0])
+    total = 0
+    for name in (path, path + "-wal"):
+        with contextlib.suppress(FileNotFoundError):
+            total += os.path.getsize(name)
+    return total
 
 
 def _blobs(
@@ -132,6 +194,44 @@ def _put_writes(conn: sqlite3.Connection, rows: Sequence[WriteRow]) -> None:
         conn.executemany(sql.INSERT_WRITE_REPLACE, replace)
 
 
+def _open_lock(path: str) -> int | None:
+    """A descriptor of the sweep lock file, or None where a file lock cannot be had."""
+    if sys.platform == "win32":
+        return None
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return None
+
+
+def _flock(fd: int) -> bool:
+    """Take the exclusive lock of `fd` without waiting; False if another holder has it."""
+    if sys.platform == "win32":
+        return False
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+def _wrote(conn: sqlite3.Connection, thread_ids: Iterable[str], now: float) -> None:
+    """The lifecycle rows of threads just written: created if missing, `written_at` = now,
+    `generation` + 1. One statement per thread, in the write's transaction."""
+    conn.executemany(sql.UPSERT_THREAD_WRITTEN, [(tid, now) for tid in thread_ids])
+
+
+def _thread_state(r: Sequence[Any]) -> ThreadState:
+    tid, created, written, read, generation, pinned, policy, swept = r
+    return ThreadState(str(tid), float(created), float(written),
+                       None if read is None else float(read), int(generation), bool(pinned),
+                       policy, None if swept is None else int(swept))
+
+
 def _write_params(r: WriteRow) -> tuple[Any, ...]:
     return (r.thread_id, r.checkpoint_ns, r.checkpoint_id, r.task_id, r.idx,
             r.channel, r.type, r.data, r.task_path)
@@ -152,6 +252,9 @@ class SQLiteStore:
         self._reader = Db(reader) if reader is not None else self._writer
         self._commits = GroupCommit(self._writer)
         self.owns_connections = True
+        self.clock: Callable[[], float] = time.time
+        self._path: str | None = None  # the database file ("": none), once asked
+        self._sweeping = threading.Lock()  # the sweep lock of a database without a file
 
     async def migrate(self) -> int:
         """Apply pending storage migrations; returns the storage version now in force."""
@@ -188,9 +291,14 @@ class SQLiteStore:
     # -- writing ----------------------------------------------------------------------------
 
     async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
-        return await self._commits.submit(  # type: ignore[no-any-return]
-            lambda conn: _put_checkpoint(conn, row, blobs)
-        )
+        now = self.clock()
+
+        def op(conn: sqlite3.Connection) -> set[str]:
+            fell_back = _put_checkpoint(conn, row, blobs)
+            conn.execute(sql.UPSERT_THREAD_WRITTEN, (row.thread_id, now))
+            return fell_back
+
+        return await self._commits.submit(op)  # type: ignore[no-any-return]
 
     async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
         """The items in order, as one operation of the group commit: one job on the writer's
@@ -200,6 +308,13 @@ class SQLiteStore:
         batch = list(items)
         if not batch:
             return []
+        now = self.clock()
+        threads: dict[str, None] = {}  # each thread's lifecycle row once per batch
+        for item in batch:
+            if isinstance(item, tuple):
+                threads[item[0].thread_id] = None
+            else:
+                threads.update(dict.fromkeys(w.thread_id for w in item))
 
         def op(conn: sqlite3.Connection) -> list[set[str]]:
             out: list[set[str]] = []
@@ -208,12 +323,22 @@ class SQLiteStore:
                     out.append(_put_checkpoint(conn, *item))
                 else:
                     _put_writes(conn, item)
+            _wrote(conn, threads, now)
             return out
 
         return await self._commits.submit(op)  # type: ignore[no-any-return]
 
     async def write_writes(self, rows: Sequence[WriteRow]) -> None:
-        await self._commits.submit(lambda conn: _put_writes(conn, rows))
+        if not rows:
+            return
+        now = self.clock()
+        threads = dict.fromkeys(r.thread_id for r in rows)
+
+        def op(conn: sqlite3.Connection) -> None:
+            _put_writes(conn, rows)
+            _wrote(conn, threads, now)
+
+        await self._commits.submit(op)
 
     async def delete_thread(self, thread_id: str) -> None:
         def op(conn: sqlite3.Connection) -> None:
@@ -223,9 +348,12 @@ class SQLiteStore:
         await self._commits.submit(op)
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        now = self.clock()
+
         def op(conn: sqlite3.Connection) -> None:
             for statement in sql.COPY_THREAD:
                 conn.execute(statement, (target_thread_id, source_thread_id))
+            conn.execute(sql.UPSERT_THREAD_COPIED, (target_thread_id, now, source_thread_id))
 
         await self._commits.submit(op)
 
@@ -262,6 +390,7 @@ class SQLiteStore:
         ]
         log = (entry.thread_id, entry.checkpoint_ns, entry.checkpoint_id,
                int(entry.from_version), int(entry.to_version), float(entry.migrated_at))
+        now = self.clock()
 
         def op(conn: sqlite3.Connection) -> bool:
             # Both checks come before any change, so a False leaves the savepoint untouched.
@@ -279,11 +408,133 @@ class SQLiteStore:
                 conn.execute(sql.DELETE_CHECKPOINT_WRITES, (tid, ns, cid))
                 if new_writes:
                     conn.executemany(sql.INSERT_WRITE_REPLACE, new_writes)
+            conn.execute(sql.UPSERT_THREAD_CHANGED, (tid, now))
             return True
 
         # Through the group commit, like every write: `op` runs in its own SAVEPOINT, rolled
         # back whole if it raises, so the rewrite and its log entry land together or not at all.
         return await self._commits.submit(op)  # type: ignore[no-any-return]
+
+    # -- the thread lifecycle ---------------------------------------------------------------
+
+    async def thread_states(
+        self, cursor: str | None, limit: int
+    ) -> tuple[list[ThreadState], str | None]:
+        if cursor is None:
+            rows = await self._fetchall(sql.SELECT_THREAD_STATES, (limit,))
+        else:
+            rows = await self._fetchall(sql.SELECT_THREAD_STATES_AFTER, (cursor, limit))
+        states = [_thread_state(r) for r in rows]
+        return states, (states[-1].thread_id if len(states) == limit else None)
+
+    async def thread_state(self, thread_id: str) -> ThreadState | None:
+        rows = await self._fetchall(sql.SELECT_THREAD_STATE, (thread_id,))
+        return _thread_state(rows[0]) if rows else None
+
+    async def _lifecycle_write(self, statement: str, params: Sequence[Any]) -> None:
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute(statement, params)
+
+        await self._commits.submit(op)
+
+    async def set_pinned(self, thread_id: str, pinned: bool) -> None:
+        await self._lifecycle_write(sql.UPSERT_THREAD_PINNED,
+                                    (thread_id, self.clock(), int(pinned)))
+
+    async def set_policy(self, thread_id: str, policy: str | None) -> None:
+        await self._lifecycle_write(sql.UPSERT_THREAD_POLICY, (thread_id, self.clock(), policy))
+
+    async def touch_thread(self, thread_id: str) -> None:
+        await self._lifecycle_write(sql.TOUCH_THREAD, (self.clock(), thread_id))
+
+    async def mark_swept(self, thread_id: str, generation: int) -> None:
+        await self._lifecycle_write(sql.MARK_SWEPT, (int(generation), thread_id))
+
+    async def expire_thread(self, thread_id: str, generation: int) -> bool:
+        # In the write transaction (BEGIN IMMEDIATE) every writer of the file, in any process,
+        # takes in turn: no write of the thread can come between the check and the deletes.
+        def op(conn: sqlite3.Connection) -> bool:
+            found = conn.execute(sql.SELECT_GENERATION, (thread_id,)).fetchone()
+            if found is None or int(found[0]) != generation:
+                return False
+            for statement in sql.DELETE_THREAD:
+                conn.execute(statement, (thread_id,))
+            return True
+
+        return await self._commits.submit(op)  # type: ignore[no-any-return]
+
+    async def _file(self) -> str:
+        """The database's file ("" for a database in memory or a temporary one)."""
+        if self._path is None:
+            rows = await self._writer.call(
+                lambda conn: conn.execute("PRAGMA database_list").fetchall())
+            self._path = next((str(file or "") for _, name, file in rows if name == "main"), "")
+        return self._path
+
+    @contextlib.asynccontextmanager
+    async def sweep_lock(self) -> AsyncIterator[bool]:
+        """An exclusive `flock` of `<database file>-sweep.lock` (created beside the file, and
+        left there, as SQLite leaves `-wal` and `-shm`): one sweeper per file across
+        processes, and across checkpointers of one process too. The operating system drops
+        it when its holder closes the file or dies, SIGKILL included. A database without a
+        file (`":memory:"`), a lock file that cannot be made (a read-only directory) and
+        Windows take a lock of this store's instead."""
+        path = await self._file()
+        fd = _open_lock(path + "-sweep.lock") if path else None
+        if fd is None:
+            held = self._sweeping.acquire(blocking=False)
+            try:
+                yield held
+            finally:
+                if held:
+                    self._sweeping.release()
+            return
+        try:
+            yield _flock(fd)
+        finally:
+            os.close(fd)  # releases the lock
+
+    async def housekeep(self, limit: int | None) -> int:
+        return 0  # nothing expires on its own here: every row is the sweeper's to delete
+
+    async def log_lifecycle(self, events: Sequence[LifecycleEvent]) -> None:
+        rows = [(float(e.at), e.action, e.thread, int(e.checkpoints), e.reason) for e in events]
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.executemany(sql.INSERT_LIFECYCLE, rows)
+
+        if rows:
+            await self._commits.submit(op)
+
+    async def read_lifecycle(self, thread: str | None = None) -> list[LifecycleEvent]:
+        if thread is None:
+            rows = await self._fetchall(sql.SELECT_LIFECYCLE, ())
+        else:
+            rows = await self._fetchall(sql.SELECT_THREAD_LIFECYCLE, (thread,))
+        return [LifecycleEvent(float(at), action, thread_, int(n), reason)
+                for at, action, thread_, n, reason in rows]
+
+    async def vacuum(self) -> tuple[int, int]:
+        """Give the pages of deleted rows back to the file system: `PRAGMA incremental_vacuum`
+        (a file not switched to incremental auto-vacuum yet is switched, by one VACUUM), then
+        a checkpoint that truncates the WAL. Returns the bytes of the file and its WAL before
+        and after (a WAL that readers of other processes still use stays until they finish).
+
+        Nothing vacuums on its own after a sweep or an erasure: SQLite reuses the pages of
+        deleted rows for the next writes, so a file under retention stops growing without it;
+        `vacuum` is for giving the space to the file system, when wanted (it moves pages and
+        holds the write lock meanwhile, so it is not run inside a writer's transaction)."""
+        path = await self._file()
+
+        def op(conn: sqlite3.Connection) -> tuple[int, int]:
+            before = _file_size(conn, path)
+            if _incremental_auto_vacuum(conn):
+                # Not `execute`: it steps the pragma once, which frees a single page.
+                conn.executescript("PRAGMA incremental_vacuum;")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            return before, _file_size(conn, path)
+
+        return await self._writer.call(op)
 
     # -- reading ----------------------------------------------------------------------------
 
