@@ -172,7 +172,9 @@ def test_a_failed_write_leaves_the_row_as_it_was(schema: str) -> None:
         cp.close()
 
 
-def test_a_write_waiting_for_a_prune_raises_the_generation_once(schema: str) -> None:
+@pytest.mark.parametrize("channel", ["items", "x"])  # an append-delta, a whole value
+def test_a_write_waiting_for_a_prune_raises_the_generation_once(schema: str, channel: str
+                                                                ) -> None:
     """A put that finds the thread's lock taken (a prune) writes nothing, waits, then writes:
     the row moves once, with the write."""
     cp, app = app_saver(schema)
@@ -181,16 +183,19 @@ def test_a_write_waiting_for_a_prune_raises_the_generation_once(schema: str) -> 
     async def main() -> None:
         config = put(cp, "t", 1)
         before = await cp.athread_state("t")
+        latest = await cp.aget_tuple(config)
+        assert latest is not None
+        version = cp.get_next_version(latest.checkpoint["channel_versions"]["items"], None)
         prune = await asyncpg.connect(PG_DSN, server_settings={"search_path": schema})
         try:
             tx = prune.transaction()
             await tx.start()
             await prune.execute(f"SELECT pg_advisory_xact_lock({sql.THREAD_LOCK}, $1::int)", key)
             ckpt = empty_checkpoint()
-            ckpt["channel_values"] = {"items": [0, 1]}
-            ckpt["channel_versions"] = {"items": cp.get_next_version(None, None)}
+            ckpt["channel_values"] = {channel: [0, 1] if channel == "items" else 5}
+            ckpt["channel_versions"] = {channel: version}
             task = asyncio.ensure_future(
-                cp.aput(config, ckpt, {"step": 1}, {"items": ckpt["channel_versions"]["items"]}))
+                cp.aput(config, ckpt, {"step": 1}, {channel: version}))
             await wait_for_lock_waiters(prune, app)
             assert (await cp.athread_state("t")) == before  # nothing written yet
             await tx.commit()
@@ -200,6 +205,9 @@ def test_a_write_waiting_for_a_prune_raises_the_generation_once(schema: str) -> 
         after = await cp.athread_state("t")
         assert before is not None and after is not None
         assert after.generation == before.generation + 1
+        stored = await cp.aget_tuple(cfg("t"))
+        assert stored is not None and stored.checkpoint["channel_values"][channel] == (
+            [0, 1] if channel == "items" else 5)
 
     try:
         asyncio.run(main())
@@ -366,7 +374,12 @@ def test_writes_racing_expire_thread_never_leave_half_a_thread(schema: str) -> N
         ckpt["channel_values"] = {"items": [0, 1, 2]}
         ckpt["channel_versions"] = {"items": version}
         put_task = cp.aput(config, ckpt, {"step": 2}, {"items": version})
-        expired, _ = await asyncio.gather(cp.store.expire_thread(tid, state.generation), put_task)
+        expire_task = cp.store.expire_thread(tid, state.generation)
+        if i % 2:  # either one started first
+            expired, _ = await asyncio.gather(expire_task, put_task)
+        else:
+            _, expired = await asyncio.gather(put_task, expire_task)
+        outcomes.append(expired)
         tuples = [t async for t in cp.alist(cfg(tid))]
         steps = sorted(t.metadata["step"] for t in tuples)
         for tup in tuples:
@@ -379,13 +392,15 @@ def test_writes_racing_expire_thread_never_leave_half_a_thread(schema: str) -> N
             assert steps == [0, 1, 2] and row.generation == state.generation + 1
 
     async def main() -> None:
-        for i in range(25):
+        for i in range(30):
             await race(i)
 
+    outcomes: list[bool] = []
     try:
         asyncio.run(main())
     finally:
         cp.close()
+    assert len(outcomes) == 30  # both ways happen (here about a third expired first)
 
 
 # -- the sweep lock, across processes ----------------------------------------------------------
