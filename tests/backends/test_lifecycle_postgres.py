@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -509,6 +510,21 @@ def test_sweep_lock_is_per_schema_and_released(schema: str) -> None:
         for c in (cp, cp2, neighbour):
             c.close()
         drop_pg_schemas(other)
+
+
+def test_an_unlock_finding_no_lock_is_reported(
+    schema: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a pooler in transaction mode does (the lock on another server session) shows as a
+    warning, not as silence."""
+    cp = saver(schema)
+    monkeypatch.setattr(sql, "SWEEP_UNLOCK", "SELECT pg_advisory_unlock($1::bigint + 1)")
+    try:
+        with caplog.at_level(logging.WARNING, logger="langgraph_ckpt_ext.postgres"):
+            assert cp.sweep().locked_out is False
+        assert "pooler in transaction mode" in caplog.text
+    finally:
+        cp.close()
 
 
 def test_a_pool_of_one_connection_cannot_sweep(schema: str) -> None:

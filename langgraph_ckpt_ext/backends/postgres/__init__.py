@@ -58,7 +58,8 @@ class PostgresCheckpointer(Checkpointer):
             LangGraph Platform's `checkpointer.ttl` mapping): see `sweep`. Passes of every
             process sharing the schema take turns (a session advisory lock; a killed sweeper's
             lock goes with its session); each holds one pool connection for the pass, so the
-            pool needs `max_size` >= 2.
+            pool needs `max_size` >= 2. Behind PgBouncer in transaction mode that session lock
+            is not ours to keep: sweep on a direct connection to the server.
         sweep_every: seconds between background sweeps (None: sweep when asked).
         pool_options: passed to `asyncpg.create_pool`, e.g. `min_size`, `max_size`. Behind
             PgBouncer in transaction mode pass `statement_cache_size=0`.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
@@ -38,6 +39,7 @@ from . import sql
 from .migrations import LATEST, MIGRATIONS
 
 T = TypeVar("T")
+_log = logging.getLogger("langgraph_ckpt_ext.postgres")
 _PAGE = 64
 _ATTEMPTS = 3
 
@@ -544,7 +546,11 @@ class PostgresStore:
             finally:
                 if held:
                     try:
-                        await conn.fetchval(sql.SWEEP_UNLOCK, key)
+                        if not await conn.fetchval(sql.SWEEP_UNLOCK, key):
+                            # Not this session's: a pooler in transaction mode gave the lock
+                            # to another server session, which keeps it (see the docs).
+                            _log.warning("the sweep lock was not held by its session: is a "
+                                         "pooler in transaction mode in between?")
                     except BaseException:
                         # The session may hold the lock still: end it rather than pool it.
                         conn.terminate()
