@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -10,6 +11,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.errors import InvalidConfigError, StoreUnavailableError, require
 from ...core.opening import Opening, set_up
+from ...core.retention import Retention
 from ...core.saver import loading_serde
 from ...core.urls import parse_url, redact
 from ...migrations import SchemaChain
@@ -52,6 +54,13 @@ class PostgresCheckpointer(Checkpointer):
         audit: turn auditing on for the store, recorded in it (every checkpointer writing to
             it then seals each checkpoint; False turns nothing off): see `verify`,
             `enable_audit` and `disable_audit`.
+        retention: the retention policy of threads without their own (`Retention`, or
+            LangGraph Platform's `checkpointer.ttl` mapping): see `sweep`. Passes of every
+            process sharing the schema take turns (a session advisory lock; a killed sweeper's
+            lock goes with its session); each holds one pool connection for the pass, so the
+            pool needs `max_size` >= 2. Behind PgBouncer in transaction mode that session lock
+            is not ours to keep: sweep on a direct connection to the server.
+        sweep_every: seconds between background sweeps (None: sweep when asked).
         pool_options: passed to `asyncpg.create_pool`, e.g. `min_size`, `max_size`. Behind
             PgBouncer in transaction mode pass `statement_cache_size=0`.
 
@@ -73,6 +82,8 @@ class PostgresCheckpointer(Checkpointer):
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
         unsafe_allow_any_class: bool = False,
+        retention: Retention | Mapping[str, Any] | None = None,
+        sweep_every: float | None = None,
         **pool_options: Any,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -93,6 +104,7 @@ class PostgresCheckpointer(Checkpointer):
             store, serde=serde, snapshot_every=snapshot_every,
             append_log_bytes=append_log_bytes, schema_chain=schema_chain,
             audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
+            retention=retention, sweep_every=sweep_every,
         )
         if setup:
             self._setup_or_close()

@@ -3,7 +3,8 @@
 `setup()` takes a transaction-scoped advisory lock, then applies each pending step in one
 transaction together with its row in `lgx_migrations`. Text columns that are ordered use the
 "C" collation, so that the database orders them as Python does (`writes_sort_key`).
-Append steps; never edit a released one.
+A statement that names `$1` is given the store's clock (`PostgresStore.clock()`, epoch seconds)
+there: the time a step stamps on rows it backfills. Append steps; never edit a released one.
 """
 
 from __future__ import annotations
@@ -73,6 +74,35 @@ MIGRATIONS: list[list[str]] = [
             at DOUBLE PRECISION NOT NULL,
             reason TEXT NOT NULL
         )""",
+    ],
+    # 4: the thread lifecycle (retention, sweeps, erasure): one row per thread, kept by every
+    # write in the write's own statement (`PUT_CHECKPOINT`, `WRITE_BATCH`, `WRITE_WRITES`), and
+    # the log of deletions (thread digests, never ids). A thread row is updated at every write:
+    # the free space a fillfactor leaves keeps those updates on their page (HOT, no index
+    # write). Threads stored before this step get a row stamped with the time of the step.
+    [
+        """CREATE TABLE lgx_threads (
+            thread_id TEXT COLLATE "C" PRIMARY KEY,
+            created_at DOUBLE PRECISION NOT NULL,
+            written_at DOUBLE PRECISION NOT NULL,
+            read_at DOUBLE PRECISION,
+            generation BIGINT NOT NULL DEFAULT 0,
+            pinned BOOLEAN NOT NULL DEFAULT false,
+            policy TEXT,
+            swept BIGINT
+        ) WITH (fillfactor = 70)""",
+        """CREATE TABLE lgx_lifecycle_log (
+            seq BIGSERIAL PRIMARY KEY,
+            at DOUBLE PRECISION NOT NULL,
+            action TEXT NOT NULL,
+            thread TEXT COLLATE "C" NOT NULL,
+            checkpoints BIGINT NOT NULL,
+            reason TEXT NOT NULL DEFAULT ''
+        )""",
+        "CREATE INDEX lgx_lifecycle_log_thread ON lgx_lifecycle_log (thread, seq)",
+        """INSERT INTO lgx_threads (thread_id, created_at, written_at, generation)
+        SELECT thread_id, $1::double precision, $1::double precision, 1
+        FROM (SELECT thread_id FROM lgx_checkpoints UNION SELECT thread_id FROM lgx_writes) t""",
     ],
 ]
 

@@ -76,49 +76,65 @@ LOCK_THREAD = f"""
 SELECT set_config('lock_timeout', CASE current_setting('lock_timeout') WHEN '0' THEN '5s'
                                   ELSE current_setting('lock_timeout') END, true),
        pg_advisory_xact_lock({THREAD_LOCK}, $1::int)"""
-# A whole put in one statement, so one round trip: full blobs, append-deltas that land only on
-# an existing base, and the checkpoint row only if every delta landed (else the caller writes
-# the missing values whole, with the checkpoint, in a transaction); nothing at all if a prune
-# holds the thread's lock ($19: its key). A base is looked up FOR KEY SHARE: one that a prune
-# deleted after this statement's snapshot was taken (its lock released in between) is then
-# not found, rather than found and gone once both commit.
+# The thread's lifecycle row (`lgx_threads`), as every write leaves it: created if missing
+# (created then), written now, its generation raised. The row's lock, held until the write
+# commits, also makes the writers of one thread take turns: each statement takes it before it
+# writes any other row (its other parts wait for it), a batch in thread id order.
+def _wrote(source: str, now: str, where: str) -> str:
+    return f"""INSERT INTO lgx_threads (thread_id, created_at, written_at, generation)
+    SELECT {source}, {now}, {now}, 1 {where}
+    ON CONFLICT (thread_id) DO UPDATE SET
+        written_at = EXCLUDED.written_at, generation = lgx_threads.generation + 1
+    RETURNING 1"""
+
+
+# A whole put in one statement, so one round trip: the thread's row, full blobs, append-deltas
+# and the checkpoint row, only if every delta's base is stored (`landed`: the channels whose
+# base is; else the caller writes the others whole, in a transaction); nothing at all if a
+# prune holds the thread's lock ($19: its key). $20: now. A base is looked up FOR KEY SHARE:
+# one that a prune deleted after this statement's snapshot was taken (its lock released in
+# between) is then not found, rather than found and gone once both commit.
 PUT_CHECKPOINT = f"""
 WITH thread_lock AS (
     SELECT {_try_shared("$19::int")} AS ok
-), full_blobs AS (
-    INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
-    SELECT $1, $2, ch, ver, ty, da, NULL
-    FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[]) AS f(ch, ver, ty, da)
-    WHERE (SELECT ok FROM thread_lock)
-    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
-        type = EXCLUDED.type, data = EXCLUDED.data, base_version = NULL
-    RETURNING 1
-), deltas AS (
-    INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
-    SELECT $1, $2, d.ch, d.ver, d.ty, d.da, d.base
-    FROM unnest($7::text[], $8::text[], $9::text[], $10::bytea[], $11::text[])
-        AS d(ch, ver, ty, da, base)
+), bases AS (
+    SELECT d.ch FROM unnest($7::text[], $11::text[]) AS d(ch, base)
     WHERE (SELECT ok FROM thread_lock) AND EXISTS (
         SELECT 1 FROM lgx_blobs x
         WHERE x.thread_id = $1 AND x.checkpoint_ns = $2 AND x.channel = d.ch
           AND x.version = d.base
         LIMIT 1 FOR KEY SHARE
     )
+), thread_row AS (
+    {_wrote("$1", "$20::double precision",
+            "WHERE (SELECT ok FROM thread_lock) "
+            "AND (SELECT count(*) FROM bases) = cardinality($7::text[])")}
+), full_blobs AS (
+    INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
+    SELECT $1, $2, ch, ver, ty, da, NULL
+    FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[]) AS f(ch, ver, ty, da)
+    WHERE EXISTS (SELECT 1 FROM thread_row)
+    ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
+        type = EXCLUDED.type, data = EXCLUDED.data, base_version = NULL
+), deltas AS (
+    INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
+    SELECT $1, $2, d.ch, d.ver, d.ty, d.da, d.base
+    FROM unnest($7::text[], $8::text[], $9::text[], $10::bytea[], $11::text[])
+        AS d(ch, ver, ty, da, base)
+    WHERE EXISTS (SELECT 1 FROM thread_row)
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
         type = EXCLUDED.type, data = EXCLUDED.data, base_version = EXCLUDED.base_version
-    RETURNING channel
 ), ckpt AS (
     INSERT INTO lgx_checkpoints ({CHECKPOINT_COLS})
     SELECT $1, $2, $12, $13, $14, $15, $16, $17, $18
-    WHERE (SELECT ok FROM thread_lock)
-      AND (SELECT count(*) FROM deltas) = cardinality($7::text[])
+    WHERE EXISTS (SELECT 1 FROM thread_row)
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
         parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id,
         type = EXCLUDED.type, checkpoint = EXCLUDED.checkpoint,
         metadata_type = EXCLUDED.metadata_type, metadata = EXCLUDED.metadata
     RETURNING 1
 )
-SELECT (SELECT ok FROM thread_lock) AS locked, (SELECT array_agg(channel) FROM deltas) AS landed,
+SELECT (SELECT ok FROM thread_lock) AS locked, (SELECT array_agg(ch) FROM bases) AS landed,
        (SELECT count(*) FROM ckpt) AS stored"""
 
 _WRITE_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path"
@@ -134,12 +150,32 @@ INSERT_WRITES_REPLACE = INSERT_WRITES_KEEP.replace(
     "task_path = EXCLUDED.task_path",
 )
 
+
 def _unnest(first: int, *types: str) -> str:
     """`unnest($first::t1[], $first+1::t2[], ...)`: one array parameter per column."""
     return f"unnest({', '.join(f'${first + i}::{t}[]' for i, t in enumerate(types))})"
 
 
-_ONLY_IF_NONE_MISSING = "WHERE (SELECT ok FROM thread_lock) AND NOT EXISTS (SELECT 1 FROM missing)"
+# Pending writes in one statement: the threads' rows ($19: their ids, sorted; $20: now), then
+# writes kept if present ($1..$9) and writes that replace ($10..$18).
+WRITE_WRITES = f"""
+WITH threads AS (
+    {_wrote("t", "$20::double precision", "FROM unnest($19::text[]) AS t")}
+), kept AS (
+    INSERT INTO lgx_writes ({_WRITE_COLS})
+    SELECT * FROM {_unnest(1, *_WRITE_TYPES)} WHERE EXISTS (SELECT 1 FROM threads)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+), replaced AS (
+    INSERT INTO lgx_writes ({_WRITE_COLS})
+    SELECT * FROM {_unnest(10, *_WRITE_TYPES)} WHERE EXISTS (SELECT 1 FROM threads)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+        channel = EXCLUDED.channel, type = EXCLUDED.type, data = EXCLUDED.data,
+        task_path = EXCLUDED.task_path
+)
+SELECT count(*) FROM threads"""
+
+
+_AFTER_THREADS = "WHERE EXISTS (SELECT 1 FROM threads)"
 
 # A whole `write_batch` in one statement: one round trip, one transaction (a statement is
 # atomic), whatever the number of checkpoints and writes. Each array holds a key once.
@@ -148,9 +184,10 @@ _ONLY_IF_NONE_MISSING = "WHERE (SELECT ok FROM thread_lock) AND NOT EXISTS (SELE
 # bases that append-deltas of the batch need from storage (the bases written earlier in the
 # batch are not among them). If one of them is missing, the statement writes nothing and
 # returns those keys: the caller then makes the deltas on them whole values and runs it again.
-# Otherwise: blob rows as given, deltas included ($5..$11), checkpoint rows ($12..$20), writes
-# kept if present ($21..$29) and writes that replace ($30..$38), and one row, locked true
-# with no key. The `LIMIT 1` probes keep each base lookup an index probe.
+# Otherwise: the threads' rows ($40: their ids, sorted; $41: now), first, then blob rows as
+# given, deltas included ($5..$11), checkpoint rows ($12..$20), writes kept if present
+# ($21..$29) and writes that replace ($30..$38), and one row, locked true with no key. The
+# `LIMIT 1` probes keep each base lookup an index probe.
 WRITE_BATCH = f"""
 WITH thread_lock AS (
     SELECT coalesce(bool_and({_try_shared("k")}), true) AS ok FROM unnest($39::int[]) AS k
@@ -162,17 +199,20 @@ WITH thread_lock AS (
         WHERE thread_id = k.tid AND checkpoint_ns = k.ns AND channel = k.ch AND version = k.ver
         LIMIT 1 FOR KEY SHARE
     )
+), threads AS (
+    {_wrote("t", "$41::double precision", "FROM unnest($40::text[]) AS t "
+            "WHERE (SELECT ok FROM thread_lock) AND NOT EXISTS (SELECT 1 FROM missing)")}
 ), blobs AS (
     INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
     SELECT * FROM {_unnest(5, "text", "text", "text", "text", "text", "bytea", "text")}
-    {_ONLY_IF_NONE_MISSING}
+    {_AFTER_THREADS}
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
         type = EXCLUDED.type, data = EXCLUDED.data, base_version = EXCLUDED.base_version
 ), checkpoints AS (
     INSERT INTO lgx_checkpoints ({CHECKPOINT_COLS})
     SELECT * FROM {_unnest(12, "text", "text", "text", "text", "text", "text", "bytea", "text",
                            "bytea")}
-    {_ONLY_IF_NONE_MISSING}
+    {_AFTER_THREADS}
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
         parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id,
         type = EXCLUDED.type, checkpoint = EXCLUDED.checkpoint,
@@ -180,12 +220,12 @@ WITH thread_lock AS (
 ), kept AS (
     INSERT INTO lgx_writes ({_WRITE_COLS})
     SELECT * FROM {_unnest(21, *_WRITE_TYPES)}
-    {_ONLY_IF_NONE_MISSING}
+    {_AFTER_THREADS}
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 ), replaced AS (
     INSERT INTO lgx_writes ({_WRITE_COLS})
     SELECT * FROM {_unnest(30, *_WRITE_TYPES)}
-    {_ONLY_IF_NONE_MISSING}
+    {_AFTER_THREADS}
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
         channel = EXCLUDED.channel, type = EXCLUDED.type, data = EXCLUDED.data,
         task_path = EXCLUDED.task_path
@@ -310,27 +350,51 @@ SELECT_RUNS = """
 SELECT thread_id, checkpoint_ns, checkpoint_id FROM lgx_checkpoints
 WHERE run_id = ANY($1::text[])"""
 
-DELETE_THREAD = [
-    "DELETE FROM lgx_checkpoints WHERE thread_id = $1",
-    "DELETE FROM lgx_blobs WHERE thread_id = $1",
-    "DELETE FROM lgx_writes WHERE thread_id = $1",
-    "DELETE FROM lgx_schema_log WHERE thread_id = $1",
-]
+def _delete_thread(guard: str) -> str:
+    """Every row of thread $1, in one statement, where `guard` (a CTE's name) has a row."""
+    cond = f"AND EXISTS (SELECT 1 FROM {guard})" if guard else ""
+    parts = ", ".join(
+        f"d_{table} AS (DELETE FROM lgx_{table} WHERE thread_id = $1 {cond} RETURNING 1)"
+        for table in ("checkpoints", "blobs", "writes", "schema_log", "threads")
+    )
+    return parts
 
-# The log of schema migrations stays with its thread: a copy is not migrated, it is a copy.
-COPY_THREAD = [
-    f"""INSERT INTO lgx_checkpoints ({CHECKPOINT_COLS})
+
+# A thread's rows, its lifecycle row included (`delete_thread`).
+DELETE_THREAD = f"WITH {_delete_thread('')} SELECT count(*) FROM d_threads"
+# The same only if the thread's row still has generation $2 (`expire_thread`): the row is
+# locked first, so a write of the thread (which raises it) either commits before, and is seen,
+# or waits, and comes after. Returns 1 if the thread went.
+EXPIRE_THREAD = f"""
+WITH guard AS (
+    SELECT 1 FROM lgx_threads WHERE thread_id = $1 AND generation = $2 FOR UPDATE
+), {_delete_thread("guard")}
+SELECT count(*) FROM d_threads"""
+
+# A copy, in one statement; the target gets a lifecycle row as a write gives one (if the
+# source has one), taken before its other rows are written ($3: now). The log of schema
+# migrations stays with its thread: a copy is not migrated, it is a copy.
+_FIRST = "(SELECT count(*) FROM target_row) >= 0"  # after the target's row, whatever it is
+COPY_THREAD = f"""
+WITH target_row AS (
+    {_wrote("$1", "$3::double precision",
+            "WHERE EXISTS (SELECT 1 FROM lgx_threads WHERE thread_id = $2)")}
+), c AS (
+    INSERT INTO lgx_checkpoints ({CHECKPOINT_COLS})
     SELECT $1, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id,
            type, checkpoint, metadata_type, metadata
-    FROM lgx_checkpoints WHERE thread_id = $2 ON CONFLICT DO NOTHING""",
-    """INSERT INTO lgx_blobs
+    FROM lgx_checkpoints WHERE thread_id = $2 AND {_FIRST} ON CONFLICT DO NOTHING
+), b AS (
+    INSERT INTO lgx_blobs
         (thread_id, checkpoint_ns, channel, version, type, data, base_version)
     SELECT $1, checkpoint_ns, channel, version, type, data, base_version
-    FROM lgx_blobs WHERE thread_id = $2 ON CONFLICT DO NOTHING""",
-    f"""INSERT INTO lgx_writes ({_WRITE_COLS})
+    FROM lgx_blobs WHERE thread_id = $2 AND {_FIRST} ON CONFLICT DO NOTHING
+), w AS (
+    INSERT INTO lgx_writes ({_WRITE_COLS})
     SELECT $1, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path
-    FROM lgx_writes WHERE thread_id = $2 ON CONFLICT DO NOTHING""",
-]
+    FROM lgx_writes WHERE thread_id = $2 AND {_FIRST} ON CONFLICT DO NOTHING
+)
+SELECT count(*) FROM target_row"""
 
 # Delete checkpoints ($2, $3: namespaces and ids) with their writes, and return what the GC
 # plans from, in one round trip: the thread's remaining checkpoints ('c', then the columns of
@@ -358,14 +422,19 @@ DELETE FROM lgx_blobs
 WHERE thread_id = $1 AND (checkpoint_ns, channel, version) IN (
     SELECT * FROM unnest($2::text[], $3::text[], $4::text[]))"""
 
-# State-schema migration of one stored checkpoint, in one statement: lock the checkpoint row
-# (a concurrent delete waits, or wins and leaves nothing to log), log the entry unless its key
-# is logged already, and rewrite the row only if the entry was logged. The count tells the
-# caller whether to go on with the blobs and writes, in the same transaction.
+# State-schema migration of one stored checkpoint, in one statement: lock the thread's row
+# (as a write does, first), then the checkpoint row (a concurrent delete waits, or wins and
+# leaves nothing to log), log the entry unless its key is logged already, rewrite the row only
+# if the entry was logged, and then raise the thread's generation ($11: now, for a thread with
+# no row yet). The count tells the caller whether to go on with the blobs and writes, in the
+# same transaction.
 REWRITE_CHECKPOINT = """
-WITH target AS (
+WITH thread_row AS (
+    SELECT 1 FROM lgx_threads WHERE thread_id = $1 FOR NO KEY UPDATE
+), target AS (
     SELECT thread_id, checkpoint_ns, checkpoint_id FROM lgx_checkpoints
     WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3
+      AND (SELECT count(*) FROM thread_row) >= 0
     FOR UPDATE
 ), logged AS (
     INSERT INTO lgx_schema_log
@@ -380,7 +449,11 @@ WITH target AS (
     SET type = $7, checkpoint = $8, metadata_type = $9, metadata = $10
     WHERE thread_id = $1 AND checkpoint_ns = $2 AND checkpoint_id = $3
       AND EXISTS (SELECT 1 FROM logged)
-    RETURNING 1
+    RETURNING thread_id
+), bumped AS (
+    INSERT INTO lgx_threads (thread_id, created_at, written_at, generation)
+    SELECT thread_id, $11::double precision, $11::double precision, 1 FROM rewritten
+    ON CONFLICT (thread_id) DO UPDATE SET generation = lgx_threads.generation + 1
 )
 SELECT count(*) FROM rewritten"""
 DELETE_CHECKPOINT_WRITES = """
@@ -412,3 +485,49 @@ FROM lgx_blobs WHERE thread_id = $1 GROUP BY checkpoint_ns, channel
 UNION ALL
 SELECT checkpoint_ns, 'write', channel, COUNT(*), SUM(octet_length(data))
 FROM lgx_writes WHERE thread_id = $1 GROUP BY checkpoint_ns, channel"""
+
+
+# -- the thread lifecycle (`lgx_threads`, `lgx_lifecycle_log`) -----------------------------------
+
+_STATE_COLS = "thread_id, created_at, written_at, read_at, generation, pinned, policy, swept"
+# Keyset pages in thread id order (the primary key): $1 the page size, $2 the last id seen.
+SELECT_THREAD_STATES = f"SELECT {_STATE_COLS} FROM lgx_threads ORDER BY thread_id LIMIT $1"
+SELECT_THREAD_STATES_AFTER = f"""
+SELECT {_STATE_COLS} FROM lgx_threads WHERE thread_id > $2 ORDER BY thread_id LIMIT $1"""
+SELECT_THREAD_STATE = f"SELECT {_STATE_COLS} FROM lgx_threads WHERE thread_id = $1"
+# A pin or a policy before the thread's first write creates its row, generation 0 ($2: now).
+SET_PINNED = """
+INSERT INTO lgx_threads (thread_id, created_at, written_at, pinned) VALUES ($1, $2, $2, $3)
+ON CONFLICT (thread_id) DO UPDATE SET pinned = EXCLUDED.pinned"""
+SET_POLICY = """
+INSERT INTO lgx_threads (thread_id, created_at, written_at, policy) VALUES ($1, $2, $2, $3)
+ON CONFLICT (thread_id) DO UPDATE SET policy = EXCLUDED.policy"""
+TOUCH_THREAD = "UPDATE lgx_threads SET read_at = $2 WHERE thread_id = $1"
+MARK_SWEPT = "UPDATE lgx_threads SET swept = $2 WHERE thread_id = $1"
+
+INSERT_LIFECYCLE = """
+INSERT INTO lgx_lifecycle_log (at, action, thread, checkpoints, reason)
+SELECT * FROM unnest($1::double precision[], $2::text[], $3::text[], $4::bigint[], $5::text[])"""
+_LIFECYCLE_COLS = "at, action, thread, checkpoints, reason"
+SELECT_LIFECYCLE = f"SELECT {_LIFECYCLE_COLS} FROM lgx_lifecycle_log ORDER BY seq"
+SELECT_THREAD_LIFECYCLE = f"""
+SELECT {_LIFECYCLE_COLS} FROM lgx_lifecycle_log WHERE thread = $1 ORDER BY seq"""
+
+# The sweep lock of the schema the tables are in (the one `search_path` resolves them to, so
+# every checkpointer of the schema, however configured, agrees): a session-level advisory lock
+# (the one-bigint form, so never a thread's), its key a hash of the schema's name. A session
+# that ends (a killed process) releases it. Returns the key, to unlock with, and whether held.
+TRY_SWEEP_LOCK = """
+SELECT k, pg_try_advisory_lock(k) FROM (
+    SELECT ('x' || substr(md5('lgx-sweep:' || coalesce(current_schema(), '')), 1, 16))
+           ::bit(64)::bigint AS k
+) s"""
+SWEEP_UNLOCK = "SELECT pg_advisory_unlock($1)"
+
+# Our tables: their size in bytes (heap, TOAST and indexes), and VACUUM (outside a transaction).
+TABLES = ("lgx_checkpoints", "lgx_blobs", "lgx_writes", "lgx_schema_log", "lgx_audit_log",
+          "lgx_threads", "lgx_lifecycle_log", "lgx_migrations")
+STORAGE_SIZE = """
+SELECT coalesce(sum(pg_total_relation_size(r)), 0)::bigint
+FROM unnest($1::text[]) AS t(name), LATERAL to_regclass(t.name) AS r WHERE r IS NOT NULL"""
+VACUUM = f"VACUUM (ANALYZE) {', '.join(TABLES)}"

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
 from typing import Any, TypeVar
@@ -16,6 +19,7 @@ from ...core.errors import (
     check_storage_version,
 )
 from ...core.perloop import PerLoop
+from ...core.retention import LifecycleEvent, ThreadState
 from ...core.rows import (
     AuditSwitch,
     BlobRef,
@@ -35,6 +39,7 @@ from . import sql
 from .migrations import LATEST, MIGRATIONS
 
 T = TypeVar("T")
+_log = logging.getLogger("langgraph_ckpt_ext.postgres")
 _PAGE = 64
 _ATTEMPTS = 3
 
@@ -63,6 +68,11 @@ def _checkpoint(r: Any) -> CheckpointRow:
     return CheckpointRow(r[0], r[1], r[2], r[3], r[4], (r[5], r[6]), (r[7], r[8]))
 
 
+def _state(r: Any) -> ThreadState:
+    return ThreadState(r[0], float(r[1]), float(r[2]), None if r[3] is None else float(r[3]),
+                       int(r[4]), bool(r[5]), r[6], None if r[7] is None else int(r[7]))
+
+
 IDLE_IN_TRANSACTION = "60s"
 """Default server limit on a session idle inside a transaction (`server_settings` overrides)."""
 
@@ -87,6 +97,7 @@ class PostgresStore:
         if dsn is None and pool is None:
             raise InvalidConfigError("PostgresStore needs a DSN or a pool")
         self._dsn = dsn
+        self.clock: Callable[[], float] = time.time
         self._schema = schema  # validated by the checkpointer; created by `migrate`
         # A pool per event loop: start each small, let it grow under load. Our operations leave
         # no session state (locks are transaction-scoped, settings come with the connection), so
@@ -166,7 +177,8 @@ class PostgresStore:
             if current == LATEST:
                 return current, True
             for statement in MIGRATIONS[current]:
-                await conn.execute(statement)
+                # `$1`: the time a step stamps on the rows it backfills.
+                await conn.execute(statement, *((self.clock(),) if "$1" in statement else ()))
             await conn.execute(sql.INSERT_MIGRATION, current + 1)
             return current + 1, current + 1 == LATEST
 
@@ -206,19 +218,17 @@ class PostgresStore:
         threads may share one (then one waits for the other's prune, nothing worse)."""
         return zlib.crc32(f"{self._schema or ''}\0{thread_id}".encode()) - (1 << 31)
 
-    async def _alone(
-        self, thread_id: str, fn: Callable[[asyncpg.Connection], Awaitable[None]]
-    ) -> None:
+    async def _alone(self, thread_id: str, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """Run `fn` in a transaction that holds the thread's lock alone: once the writers
         holding it are done, and before any other starts. `StoreBusyError` if they hold it
         longer than lock_timeout (nothing is changed then)."""
 
-        async def op(conn: asyncpg.Connection) -> None:
+        async def op(conn: asyncpg.Connection) -> T:
             await conn.execute(sql.LOCK_THREAD, self.thread_lock_key(thread_id))
-            await fn(conn)
+            return await fn(conn)
 
         try:
-            await self._run(op, tx=True)
+            return await self._run(op, tx=True)
         except asyncpg.exceptions.LockNotAvailableError as exc:
             raise StoreBusyError(
                 f"thread {thread_id!r} is busy: it was being written for longer than "
@@ -228,13 +238,14 @@ class PostgresStore:
     # -- writing ----------------------------------------------------------------------------
 
     async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
-        params = _put_params(row, blobs, self.thread_lock_key(row.thread_id))
+        key, now = self.thread_lock_key(row.thread_id), self.clock()
+        params = _put_params(row, blobs, key, now)
         found = await self._run(lambda conn: conn.fetchrow(sql.PUT_CHECKPOINT, *params), tx=False)
         if found["stored"]:
             return set()
-        # A prune holds the thread (nothing was written), or a delta's base is gone (pruned,
-        # or deleted by another process): again, holding the thread's lock, in a transaction.
-        return await self._run(lambda conn: _put_holding(conn, row, blobs, params), tx=True)
+        # A prune holds the thread, or a delta's base is gone (pruned, or deleted by another
+        # process), and nothing was written: again, holding the thread's lock, in a transaction.
+        return await self._run(lambda conn: _put_holding(conn, row, blobs, key, now), tx=True)
 
     async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
         """The whole batch in one statement (`WRITE_BATCH`): one round trip, atomic on its
@@ -246,7 +257,9 @@ class PostgresStore:
         if not batch:
             return []
 
-        keys = sorted({self.thread_lock_key(t) for item in batch for t in _threads_of(item)})
+        threads = sorted({t for item in batch for t in _threads_of(item)})
+        keys = sorted({self.thread_lock_key(t) for t in threads})
+        now = self.clock()
 
         async def op(conn: asyncpg.Connection, hold: bool) -> list[set[str]] | None:
             if hold:
@@ -254,7 +267,7 @@ class PostgresStore:
             gone: set[_BlobKey] = set()
             while True:
                 fell_back, params = _batch_params(batch, gone)
-                found = await conn.fetch(sql.WRITE_BATCH, *params, keys)
+                found = await conn.fetch(sql.WRITE_BATCH, *params, keys, threads, now)
                 if not found[0]["locked"]:
                     return None  # a prune holds a thread: nothing was written
                 missing = [r for r in found if r["tid"] is not None]
@@ -275,31 +288,26 @@ class PostgresStore:
         replacing: dict[_WriteKey, WriteRow] = {}
         _add_writes(rows, kept, replacing)
         keep, replace = list(kept.values()), list(replacing.values())
-
-        async def op(conn: asyncpg.Connection) -> None:
-            if keep:
-                await conn.execute(sql.INSERT_WRITES_KEEP, *_write_columns(keep))
-            if replace:
-                await conn.execute(sql.INSERT_WRITES_REPLACE, *_write_columns(replace))
-
-        await self._run(op, tx=bool(keep and replace))
+        if not keep and not replace:
+            return
+        # One statement (so one round trip, atomic): the threads' rows, then the writes.
+        params = (*_write_columns(keep), *_write_columns(replace),
+                  sorted({w.thread_id for w in rows}), self.clock())
+        await self._run(lambda conn: conn.execute(sql.WRITE_WRITES, *params), tx=False)
 
     async def delete_thread(self, thread_id: str) -> None:
-        async def op(conn: asyncpg.Connection) -> None:
-            for statement in sql.DELETE_THREAD:
-                await conn.execute(statement, thread_id)
-
-        await self._alone(thread_id, op)
+        await self._alone(thread_id, lambda conn: conn.execute(sql.DELETE_THREAD, thread_id))
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         # Both threads held (in share mode, as writers hold them): no prune of the source
         # between the statements, so the rows copied are one consistent set.
         keys = sorted({self.thread_lock_key(source_thread_id), self.thread_lock_key(target_thread_id)})
 
+        now = self.clock()
+
         async def op(conn: asyncpg.Connection) -> None:
             await conn.execute(sql.LOCK_THREADS_SHARED, keys)
-            for statement in sql.COPY_THREAD:
-                await conn.execute(statement, target_thread_id, source_thread_id)
+            await conn.execute(sql.COPY_THREAD, target_thread_id, source_thread_id, now)
 
         await self._run(op, tx=True)
 
@@ -340,6 +348,7 @@ class PostgresStore:
             (w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.idx): w
             for w in writes or ()
         }.values())
+        now = self.clock()
 
         async def op(conn: asyncpg.Connection) -> bool:
             # Held as writers hold it: no prune deletes a base between its check and the write.
@@ -349,7 +358,7 @@ class PostgresStore:
             logged = await conn.fetchval(
                 sql.REWRITE_CHECKPOINT,
                 tid, ns, cid, entry.from_version, entry.to_version, entry.migrated_at,
-                *row.checkpoint, *row.metadata,
+                *row.checkpoint, *row.metadata, now,
             )
             if not logged:
                 return False
@@ -474,6 +483,109 @@ class PostgresStore:
     async def find_runs(self, run_ids: Collection[str]) -> list[tuple[str, str, str]]:
         return [tuple(r) for r in await self._fetch(sql.SELECT_RUNS, list(run_ids))]
 
+    # -- the thread lifecycle (`lgx_threads`; every write keeps its row, see `sql._wrote`) ----
+
+    async def thread_states(
+        self, cursor: str | None, limit: int
+    ) -> tuple[list[ThreadState], str | None]:
+        if cursor is None:
+            rows = await self._fetch(sql.SELECT_THREAD_STATES, limit)
+        else:
+            rows = await self._fetch(sql.SELECT_THREAD_STATES_AFTER, limit, cursor)
+        states = [_state(r) for r in rows]
+        return states, (states[-1].thread_id if len(states) == limit else None)
+
+    async def thread_state(self, thread_id: str) -> ThreadState | None:
+        rows = await self._fetch(sql.SELECT_THREAD_STATE, thread_id)
+        return _state(rows[0]) if rows else None
+
+    async def _execute(self, statement: str, *params: Any) -> None:
+        await self._run(lambda conn: conn.execute(statement, *params), tx=False)
+
+    async def set_pinned(self, thread_id: str, pinned: bool) -> None:
+        await self._execute(sql.SET_PINNED, thread_id, self.clock(), pinned)
+
+    async def set_policy(self, thread_id: str, policy: str | None) -> None:
+        await self._execute(sql.SET_POLICY, thread_id, self.clock(), policy)
+
+    async def touch_thread(self, thread_id: str) -> None:
+        await self._execute(sql.TOUCH_THREAD, thread_id, self.clock())
+
+    async def mark_swept(self, thread_id: str, generation: int) -> None:
+        await self._execute(sql.MARK_SWEPT, thread_id, generation)
+
+    async def expire_thread(self, thread_id: str, generation: int) -> bool:
+        """`delete_thread` if the thread's row still has `generation`: alone on the thread (its
+        lock, as `delete_thread` takes it), the row locked, compared, and every row deleted, in
+        one transaction. False if it was written since, has no row, or stayed busy for longer
+        than lock_timeout (nothing changed: the next pass looks again)."""
+
+        async def op(conn: asyncpg.Connection) -> bool:
+            return bool(await conn.fetchval(sql.EXPIRE_THREAD, thread_id, generation))
+
+        try:
+            return await self._alone(thread_id, op)
+        except StoreBusyError:
+            return False
+
+    @contextlib.asynccontextmanager
+    async def sweep_lock(self) -> AsyncIterator[bool]:
+        """The schema's sweep lock (`sql.TRY_SWEEP_LOCK`), held by a session: one connection
+        of the pool, kept out of it for the pass (the pass's own requests take others, so
+        the pool needs two connections at least), unlocked before it goes back. A process
+        killed mid-pass closes its session, which releases the lock."""
+        pool = await self._pool()
+        if pool.get_max_size() < 2:
+            raise InvalidConfigError(
+                "sweeping PostgreSQL needs a pool of 2 connections at least (max_size): one "
+                "holds the sweep lock for the pass")
+        async with pool.acquire() as conn:
+            key, held = await conn.fetchrow(sql.TRY_SWEEP_LOCK)
+            try:
+                yield bool(held)
+            finally:
+                if held:
+                    try:
+                        if not await conn.fetchval(sql.SWEEP_UNLOCK, key):
+                            # Not this session's: a pooler in transaction mode gave the lock
+                            # to another server session, which keeps it (see the docs).
+                            _log.warning("the sweep lock was not held by its session: is a "
+                                         "pooler in transaction mode in between?")
+                    except BaseException:
+                        # The session may hold the lock still: end it rather than pool it.
+                        conn.terminate()
+                        raise
+
+    async def housekeep(self, limit: int | None) -> int:
+        return 0  # no index to clean up: a thread's row goes with the thread
+
+    async def log_lifecycle(self, events: Sequence[LifecycleEvent]) -> None:
+        if not events:
+            return
+        cols = _columns(((e.at, e.action, e.thread, e.checkpoints, e.reason) for e in events), 5)
+        await self._execute(sql.INSERT_LIFECYCLE, *cols)
+
+    async def read_lifecycle(self, thread: str | None = None) -> list[LifecycleEvent]:
+        if thread is None:
+            rows = await self._fetch(sql.SELECT_LIFECYCLE)
+        else:
+            rows = await self._fetch(sql.SELECT_THREAD_LIFECYCLE, thread)
+        return [LifecycleEvent(float(r[0]), r[1], r[2], int(r[3]), r[4]) for r in rows]
+
+    async def vacuum(self) -> tuple[int, int]:
+        """`VACUUM (ANALYZE)` of our tables (outside any transaction: VACUUM refuses one). It
+        makes the space of deleted rows reusable and gives back only the empty pages at the
+        end of a table, so the size after is often the size before: see docs/storage.md
+        ("PostgreSQL: space after deletes") for VACUUM FULL and pg_repack."""
+        tables = list(sql.TABLES)
+
+        async def op(conn: asyncpg.Connection) -> tuple[int, int]:
+            before = int(await conn.fetchval(sql.STORAGE_SIZE, tables))
+            await conn.execute(sql.VACUUM)
+            return before, int(await conn.fetchval(sql.STORAGE_SIZE, tables))
+
+        return await self._run(op, tx=False)
+
     def refuses(self, exc: BaseException) -> bool:
         """A SQLSTATE of a refused request (bad data, a constraint, a limit)."""
         return sqlstate.refused(exc)
@@ -487,8 +599,10 @@ _BlobKey = tuple[str, str, str, str]  # thread_id, checkpoint_ns, channel, versi
 _WriteKey = tuple[str, str, str, str, int]  # thread_id, checkpoint_ns, checkpoint_id, task_id, idx
 
 
-def _put_params(row: CheckpointRow, blobs: Sequence[BlobRow], key: int) -> tuple[Any, ...]:
-    """The parameters of `PUT_CHECKPOINT` (`key`: the thread's lock)."""
+def _put_params(
+    row: CheckpointRow, blobs: Sequence[BlobRow], key: int, now: float
+) -> tuple[Any, ...]:
+    """The parameters of `PUT_CHECKPOINT` (`key`: the thread's lock; `now`: the write's time)."""
     full = [b for b in blobs if b.base_version is None]
     deltas = [b for b in blobs if b.base_version is not None]
     return (
@@ -499,32 +613,28 @@ def _put_params(row: CheckpointRow, blobs: Sequence[BlobRow], key: int) -> tuple
         [b.type for b in deltas], [b.data for b in deltas],
         [b.base_version for b in deltas],
         row.checkpoint_id, row.parent_checkpoint_id, row.run_id, *row.checkpoint, *row.metadata,
-        key,
+        key, now,
     )
 
 
 async def _put_holding(
-    conn: asyncpg.Connection, row: CheckpointRow, blobs: Sequence[BlobRow], params: Sequence[Any]
+    conn: asyncpg.Connection, row: CheckpointRow, blobs: Sequence[BlobRow], key: int, now: float
 ) -> set[str]:
-    """`PUT_CHECKPOINT` in a transaction holding the thread's lock (waiting for a prune), then
-    the deltas whose base is gone written whole, with the checkpoint row. Returns those
-    deltas' channels."""
-    await conn.execute(sql.LOCK_THREADS_SHARED, [params[-1]])
-    found = await conn.fetchrow(sql.PUT_CHECKPOINT, *params)
+    """`PUT_CHECKPOINT` in a transaction holding the thread's lock (waiting for a prune); if a
+    delta's base is gone, again with those deltas written whole (the other bases, found, stay
+    locked until this commits). Returns those deltas' channels."""
+    await conn.execute(sql.LOCK_THREADS_SHARED, [key])
+    found = await conn.fetchrow(sql.PUT_CHECKPOINT, *_put_params(row, blobs, key, now))
     if found["stored"]:
         return set()
     landed = set(found["landed"] or ())
-    whole = [whole_row(b) for b in blobs if b.base_version is not None and b.channel not in landed]
-    await conn.execute(
-        sql.UPSERT_BLOBS, row.thread_id, row.checkpoint_ns, [b.channel for b in whole],
-        [b.version for b in whole], [b.type for b in whole], [b.data for b in whole],
-    )
-    await conn.execute(
-        sql.UPSERT_CHECKPOINT,
-        row.thread_id, row.checkpoint_ns, row.checkpoint_id, row.parent_checkpoint_id,
-        row.run_id, *row.checkpoint, *row.metadata,
-    )
-    return {b.channel for b in whole}
+    whole = {b.channel for b in blobs if b.base_version is not None and b.channel not in landed}
+    blobs = [whole_row(b) if b.base_version is not None and b.channel in whole else b
+             for b in blobs]
+    found = await conn.fetchrow(sql.PUT_CHECKPOINT, *_put_params(row, blobs, key, now))
+    if not found["stored"]:
+        raise AssertionError("a put holding its thread's lock stored nothing")
+    return whole
 
 
 def _threads_of(item: BatchItem) -> set[str]:
