@@ -445,10 +445,9 @@ def test_wrappers_refuse_a_foreign_inner_saver(tmp_path: Path) -> None:
     repl = ReplicatedCheckpointer(InMemorySaver(), [InMemoryCheckpointer()])
     try:
         for cp in (smart, repl):
-            for call in (lambda: cp.sweep(), lambda: cp.erase({"u": 1}),
-                         lambda: cp.pin("t")):
+            for name, args in (("sweep", ()), ("erase", ({"u": 1},)), ("pin", ("t",))):
                 with pytest.raises(NotImplementedError, match="this package's checkpointers"):
-                    call()
+                    getattr(cp, name)(*args)
     finally:
         smart.close()
         repl.close()
