@@ -20,41 +20,30 @@ import asyncio
 import functools
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ...connecting import around
 from ...core.bridge import either, run_inline
-from ...core.errors import ReplicationError
 from ...core.inner import RowSaver
 from ...core.lifetime import Lifetime
 from ...core.opening import Opening
-from ...core.retention import ErasureReport, SweepReport
 from ...core.saver import StoreCheckpointer
 from ...timetravel.methods import TimeTravel
 from .._forward import not_forwarded, store_method
-from .._lifecycle import (
-    DeleteWrap,
-    Expire,
-    ExpireWrap,
-    LifecycleForwarded,
-    inline,
-    ours,
-    set_on,
-)
 from .calls import in_thread
 from .failover import Failover
 from .failures import describe
 from .fanout import Fanout, View, wind_down
 from .gate import Gate
 from .interface import SaverInterface
-from .lifecycle import erasure_records, kept
 from .options import Consistency, ReplicaArg, check, replica_spec
 from .process import Replicator
 from .repair import Progress, Repairs, anti_entropy
 from .status import RepairReport, ReplicationStatus
+from .sweeping import ReplicatedLifecycle
 from .worker import Replica
 from .writes import Writer
 
@@ -66,7 +55,7 @@ _WRITES = frozenset(f"{a}{name}" for a in ("", "a")
                     for name in ("migrate_threads", "enable_audit", "disable_audit"))
 
 
-class ReplicatedCheckpointer(SaverInterface, TimeTravel, LifecycleForwarded):
+class ReplicatedCheckpointer(SaverInterface, TimeTravel, ReplicatedLifecycle):
     """A primary checkpointer and replicas of any backend, with the consistency you choose.
 
     The time-travel methods (`history`, `fork`, ...) go through this checkpointer (reads to
@@ -79,7 +68,7 @@ class ReplicatedCheckpointer(SaverInterface, TimeTravel, LifecycleForwarded):
     deleted on every replica as `delete_thread` is, a history the sweep cuts is cut the same
     on every replica, pins and per-thread policies are replicated writes, and the default
     `retention` and the `clock` are set on the replicas of this process too, so that
-    retention survives a failover (see `lifecycle.py`).
+    retention survives a failover (see `lifecycle.py`, `sweeping.py`).
 
     Args:
         primary: where every write goes first and every read goes (ours or any
@@ -247,97 +236,6 @@ class ReplicatedCheckpointer(SaverInterface, TimeTravel, LifecycleForwarded):
             with r.cond:
                 r.to_repair.update(threads)
         self._repair(threads)
-
-    # -- the data lifecycle (`LifecycleForwarded`, `lifecycle.py`) ----------------------------
-
-    def _lifecycle_saver(self) -> Any:
-        return self.primary
-
-    def _set_attribute(self, name: str, value: Any) -> None:
-        """The default retention policy or the clock: the primary's, and that of every replica
-        of this process that keeps lifecycle rows (one may become the primary)."""
-        setattr(ours(self.primary, "primary", name), name, value)
-        for r in self._fanout.views:
-            if isinstance(r, Replica) and isinstance(r.saver, StoreCheckpointer
-                                                     | LifecycleForwarded):
-                setattr(r.saver, name, value)
-
-    async def _set_lifecycle(self, sync: bool, name: str, thread_id: str, *args: Any) -> None:
-        store_method(self.primary, name, "primary")  # refused before anything is queued
-        tid = str(thread_id)
-        await self._writer.write(sync, "lifecycle",
-                                 lambda s: set_on(s, sync, name, thread_id, *args),
-                                 (name, tid, *args), (tid,))
-
-    def _primary_host(self, name: str) -> StoreCheckpointer:
-        if self._closed.is_set():
-            raise ReplicationError(
-                f"this ReplicatedCheckpointer is closed: {name}() would not reach its replicas")
-        return ours(self.primary, "primary", name)
-
-    async def _guarded_sweep(self, sync: bool, limit: int | None, dry_run: bool,
-                             delete_paused: bool | None, wrap: ExpireWrap) -> SweepReport:
-        primary = self._primary_host("sweep")
-        hook_sync = sync and inline(primary)
-        expire = wrap(self._replicated_expire(primary._expire, hook_sync), hook_sync)
-        pass_ = primary._sweep_pass(limit, dry_run, delete_paused, expire,
-                                    self._replicated_cut(primary, hook_sync))
-        return primary.run_sync(pass_) if sync else await pass_
-
-    def _replicated_expire(self, expire: Expire, sync: bool) -> Expire:
-        """The primary's conditional expiry, followed, when it deleted, by the thread's
-        deletion on every replica (queued in the primary's order, as `delete_thread`)."""
-        async def replicated(thread_id: str, generation: int) -> bool:
-            threads = (str(thread_id),)
-            await self._writer.gate.enter(sync, threads)
-            try:
-                if not await expire(thread_id, generation):
-                    return False
-                op = await self._fanout.queue(sync, "delete", (thread_id,), threads)
-            finally:
-                self._writer.gate.leave(threads)
-            if op.ack is not None and len(self._fanout.up()) >= self.quorum:
-                # quorum mode: wait for the confirmations as a delete_thread would, but an
-                # expiry done on the primary stands (a replica that failed is repaired)
-                await either(sync, op.ack.wait, op.ack.await_, self.quorum_timeout)
-            return True
-
-        return replicated
-
-    def _replicated_cut(self, primary: StoreCheckpointer, sync: bool
-                        ) -> Callable[[str], Awaitable[None]]:
-        """After the sweep cut a thread's history on the primary: what it kept, sent to the
-        replicas, which delete the rest (in the primary's order: what they then hold is what
-        the primary held when it cut)."""
-        async def cut(thread_id: str) -> None:
-            threads = (str(thread_id),)
-            await self._writer.gate.enter(sync, threads)  # no write of it meanwhile
-            try:
-                keep = await kept(primary, thread_id)
-                await self._fanout.queue(sync, "lifecycle", ("keep_only", threads[0], keep),
-                                         threads)
-            finally:
-                self._writer.gate.leave(threads)
-
-        return cut
-
-    async def _guarded_erase(self, sync: bool, where: Mapping[str, Any], dry_run: bool,
-                             reason: str, wrap: DeleteWrap) -> ErasureReport:
-        primary = self._primary_host("erase")
-        hook_sync = sync and inline(primary)
-
-        async def delete(thread_id: str) -> None:
-            await self._delete_thread(hook_sync, thread_id)
-
-        async def erase() -> ErasureReport:
-            report = await primary._erase(where, dry_run, reason, wrap(delete, hook_sync))
-            if not dry_run and report.threads:  # the records too: a replica may be promoted
-                records = await erasure_records(primary, report.threads, report.at)
-                await self._fanout.queue(hook_sync, "lifecycle", ("log", "", records),
-                                         tuple(report.threads))
-            return report
-
-        return primary.run_sync(erase()) if sync else await erase()
 
     if not TYPE_CHECKING:  # (for mypy, an unknown attribute stays an error)
         def __getattr__(self, name: str) -> Any:
