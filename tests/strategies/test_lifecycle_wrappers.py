@@ -451,3 +451,29 @@ def test_wrappers_refuse_a_foreign_inner_saver(tmp_path: Path) -> None:
     finally:
         smart.close()
         repl.close()
+
+
+def test_smart_over_replicated(tmp_path: Path) -> None:
+    from langgraph_ckpt_ext import InMemoryCheckpointer, ReplicatedCheckpointer, SmartCheckpointer
+
+    primary, replica = InMemoryCheckpointer(), InMemoryCheckpointer()
+    repl = ReplicatedCheckpointer(primary, [replica])
+    cp = SmartCheckpointer(repl, Periodic(interval=3600))
+    try:
+        clock = clocked(cp, idle=60)
+        assert primary.clock is clock is replica.clock
+        chat(cp, "idle", user_id="u1")
+        chat(cp, "active", user_id="u2")
+        cp.flush()
+        clock.advance(61)
+        chat(cp, "active")  # buffered
+        report = cp.sweep()
+        assert report.deleted == ["idle"] and report.busy == ["active"]
+        assert repl.flush(30) and replica.thread_ids() == ["active"]
+        chat(cp, "late", user_id="u2")  # buffered only: erased with the rest of u2
+        assert cp.erase({"user_id": "u2"}).threads == ["active", "late"]
+        assert cp.metrics.buffered == 0 and repl.flush(30)
+        assert primary.thread_ids() == [] == replica.thread_ids()
+    finally:
+        cp.close()
+        repl.close()
