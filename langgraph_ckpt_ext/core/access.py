@@ -17,6 +17,7 @@ from langgraph.checkpoint.base import CheckpointMetadata, CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from . import codec
+from .retention import LifecycleEvent, thread_digest
 from .rows import AuditSwitch, BlobRow, CheckpointRow, ListQuery, MigrationEntry, WriteRow
 
 if TYPE_CHECKING:
@@ -115,3 +116,7 @@ class StoredRows:
     async def audit_log(self) -> builtins.list[AuditSwitch]:
         """The store's audit switches, oldest first."""
         return await self._saver._store.read_audit_log()
+
+    async def lifecycle(self, thread_id: str) -> builtins.list[LifecycleEvent]:
+        """The deletions the store recorded of a thread (erasures, expiries, history cuts)."""
+        return await self._saver._store.read_lifecycle(thread_digest(thread_id))

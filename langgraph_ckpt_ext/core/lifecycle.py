@@ -15,7 +15,7 @@ import logging
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
@@ -90,8 +90,6 @@ class Lifecycle(Pruning):
     _retention: Retention | None = None
     _sweeper: Sweeper | None = None
     _touched: OrderedDict[str, float]
-    if TYPE_CHECKING:
-        async def _audited(self) -> bool: ...
 
     # -- policy -----------------------------------------------------------------------------
 

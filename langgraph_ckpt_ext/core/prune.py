@@ -6,17 +6,22 @@ from __future__ import annotations
 import builtins
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from . import codec
 from .base import SaverBase
 from .chain import ParentWalk
 from .config import check_id, check_ids
+from .retention import LifecycleEvent, thread_digest
 from .rows import BlobRef, CheckpointRow, ListQuery
 from .store import BlobKey
 
 
 class Pruning(SaverBase):
     """The prune and delete-by-run methods of `StoreCheckpointer`."""
+
+    if TYPE_CHECKING:
+        async def _audited(self) -> bool: ...
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         ids = check_ids(run_ids, "run_id")
@@ -40,6 +45,7 @@ class Pruning(SaverBase):
         writers keep it longer than the store waits (PostgreSQL: `lock_timeout`, 5 s unless
         the session sets one): retry later."""
         _check_strategy(strategy)
+        events: builtins.list[LifecycleEvent] = []
         for thread_id in check_ids(thread_ids, "thread_id", required=True):
             if strategy == "delete":
                 await self._store.delete_thread(thread_id)
@@ -47,7 +53,11 @@ class Pruning(SaverBase):
                 victims = await self._prune_victims(thread_id)
                 if victims:
                     await self._store.delete_checkpoints(thread_id, victims, self._plan_gc)
+                    events.append(LifecycleEvent(self._store.clock(), "trim",
+                                                 thread_digest(thread_id), len(victims), "prune"))
             self._log.forget(thread_id)
+        if events and await self._audited():  # `verify` tells these cuts from tampering
+            await self._store.log_lifecycle(events)
 
     def prune_plan(
         self, thread_id: str, *, strategy: str = "keep_latest"

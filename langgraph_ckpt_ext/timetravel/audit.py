@@ -34,6 +34,7 @@ from ..core.audit.digest import (
 )
 from ..core.audit.status import when
 from ..core.errors import CheckpointerError, ThreadNotFoundError
+from ..core.retention import LifecycleEvent
 from ..core.rows import AuditSwitch, CheckpointRow, ListQuery
 
 ALTERED = "altered"
@@ -44,8 +45,11 @@ BROKEN_LINK = "broken_link"
 """`prev` is not the parent's stored hash (the parent was replaced)."""
 UNHASHED = "unhashed"
 """No audit record (written with audit off)."""
+CUT = "cut"
+"""The parent is not stored, and the store recorded cutting this thread's history (a sweep or a
+prune of an audited store): a deletion on purpose, not tampering (`AuditReport.ok` holds)."""
 
-RANK = {UNHASHED: 0, MISSING_PARENT: 1, ALTERED: 2, BROKEN_LINK: 3}
+RANK = {CUT: 0, UNHASHED: 0, MISSING_PARENT: 1, ALTERED: 2, BROKEN_LINK: 3}
 _PAGE = 32
 
 
@@ -75,10 +79,19 @@ class AuditReport:
     problems: list[AuditProblem]
     switches: list[AuditSwitch] = field(default_factory=list)
     """The store's audit log (`AuditStatus.log`): where sealing began and where it stops."""
+    deletions: list[LifecycleEvent] = field(default_factory=list)
+    """What the store recorded deleting of this thread on purpose, oldest first: an erasure
+    (then nothing is left to check, and `erased` is True), expiries and history cuts."""
+
+    @property
+    def erased(self) -> bool:
+        """The thread is gone, and the store recorded erasing (or expiring) it."""
+        return self.checked == 0 and any(e.action in ("erase", "expire") for e in self.deletions)
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        """No problem but the history cuts the store recorded."""
+        return all(p.kind == CUT for p in self.problems)
 
     @property
     def first(self) -> AuditProblem | None:
@@ -86,8 +99,18 @@ class AuditReport:
         return self.problems[0] if self.problems else None
 
     def __str__(self) -> str:
+        if self.erased:
+            last = [e for e in self.deletions if e.action in ("erase", "expire")][-1]
+            why = f" ({last.reason})" if last.reason else ""
+            verb = "erased" if last.action == "erase" else "deleted by retention"
+            return (f"audit of thread {self.thread_id!r}: {verb} at {when(last.at)}{why}, "
+                    f"{last.checkpoints or 'its'} checkpoint(s) deleted on purpose, as recorded")
         head = f"audit of thread {self.thread_id!r}: {self.checked} checkpoint(s) checked"
         if self.ok:
+            cuts = [e for e in self.deletions if e.action == "trim"]
+            if cuts:
+                return (f"{head}, intact (history cut on purpose {len(cuts)} time(s), last at "
+                        f"{when(cuts[-1].at)})")
             return f"{head}, intact"
         lines = [f"{head}, {len(self.problems)} problem(s), oldest first:"]
         lines += [f"  {p}" for p in self.problems[:20]]
@@ -127,17 +150,27 @@ async def verify_thread(stored: StoredRows, thread_id: str) -> AuditReport:
     """Recompute every checkpoint's hash of a thread from what is stored (no cache, no schema
     upgrade) and check each link to its parent."""
     rows = [r async for r in stored.iter(ListQuery(thread_id=thread_id))]
+    deletions = await stored.lifecycle(thread_id)
+    switches = await stored.audit_log()
     if not rows:
+        report = AuditReport(thread_id, 0, [], switches, deletions)
+        if report.erased:
+            return report
         raise ThreadNotFoundError(f"thread {thread_id!r} has no stored checkpoint to verify")
     by_ns: dict[str, list[CheckpointRow]] = defaultdict(list)
     for r in rows:
         by_ns[r.checkpoint_ns].append(r)
-    switches = await stored.audit_log()
     problems: list[AuditProblem] = []
     for ns, ns_rows in by_ns.items():
         problems += await _verify_ns(stored, thread_id, ns, ns_rows, switches)
+    cuts = [e.at for e in deletions if e.action == "trim"]
+    if cuts:  # a parent gone by a recorded history cut was deleted on purpose
+        problems = [AuditProblem(CUT, p.thread_id, p.checkpoint_ns, p.checkpoint_id,
+                                 f"{p.detail}, by a history cut the store recorded "
+                                 f"(last at {when(cuts[-1])})")
+                    if p.kind == MISSING_PARENT else p for p in problems]
     problems.sort(key=lambda p: (p.checkpoint_id, p.checkpoint_ns, RANK[p.kind]))
-    return AuditReport(thread_id, len(rows), problems, switches)
+    return AuditReport(thread_id, len(rows), problems, switches, deletions)
 
 
 async def _verify_ns(
@@ -214,6 +247,7 @@ __all__ = [
     "ALTERED",
     "AUDIT_KEY",
     "BROKEN_LINK",
+    "CUT",
     "MISSING_PARENT",
     "UNHASHED",
     "AuditProblem",

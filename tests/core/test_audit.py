@@ -19,6 +19,7 @@ from langgraph_ckpt_ext.core.versions import version_key
 from langgraph_ckpt_ext.timetravel.audit import (
     ALTERED,
     BROKEN_LINK,
+    CUT,
     MISSING_PARENT,
     UNHASHED,
     Auditor,
@@ -511,7 +512,7 @@ def test_delta_channels_prune_and_copy(
 ) -> None:
     """LangGraph's DeltaChannel (values left out of most puts, rebuilt from writes) verifies
     clean; a copy in an audited store is sealed again under its own thread id; pruning breaks
-    the chain where documented."""
+    the chain where documented, as a cut the store recorded (not tampering)."""
     from tests.core.test_core import _delta_graph
 
     graph = _delta_graph().compile(checkpointer=audited)
@@ -526,8 +527,26 @@ def test_delta_channels_prune_and_copy(
     kept = sorted(t.checkpoint["id"] for t in audited.list(conf("dc")))
     pruned = verify_fresh(audited_handle, audited, "dc")
     assert pruned.first is not None and pruned.checked == len(kept)
-    assert (pruned.first.kind, pruned.first.checkpoint_id) == (MISSING_PARENT, kept[0])
-    assert len(pruned.problems) == 1
+    assert (pruned.first.kind, pruned.first.checkpoint_id) == (CUT, kept[0])
+    assert len(pruned.problems) == 1 and pruned.ok and "history cut on purpose" in str(pruned)
+
+
+def test_erasure_is_reported_as_such(
+    audited: StoreCheckpointer, audited_handle: SaverHandle, backend: str
+) -> None:
+    """An erased thread verifies as erased (when, how many checkpoints, why), not as missing or
+    tampered; a thread deleted without a record is still unknown."""
+    chat = chat_graph().compile(checkpointer=audited)
+    chat.invoke({"messages": [human("hi")]}, {**conf("gone"), "metadata": {"user_id": "u-1"}})
+    chat.invoke({"messages": [human("hi")]}, conf("deleted"))
+    report = audited.erase({"user_id": "u-1"}, reason="request 9")
+    assert report.threads == ["gone"]
+    verdict = audited.verify("gone")
+    assert verdict.erased and verdict.ok and verdict.checked == 0
+    assert "erased at" in str(verdict) and "request 9" in str(verdict)
+    audited.delete_thread("deleted")
+    with pytest.raises(ThreadNotFoundError):
+        audited.verify("deleted")
 
 
 def test_fork_of_an_audited_thread(

@@ -10,14 +10,16 @@ import pytest
 PUBLIC: dict[str, list[str]] = {
     "langgraph_ckpt_ext": [
         "AgentSnapshot", "AgentState", "CheckpointNotFoundError", "CheckpointerError",
-        "CorruptBlobError", "CorruptChainError", "EveryStep", "Hybrid", "InMemoryCheckpointer",
+        "CorruptBlobError", "CorruptChainError", "ErasureReport", "EveryStep", "Hybrid",
+        "InMemoryCheckpointer",
         "InvalidConfigError", "InvalidFilterError", "MemoryRef", "MigrationEntry", "MigrationProgress",
         "MigrationReport", "MissingDependencyError", "OnEvents", "Periodic", "PlanStep",
         "PostgresCheckpointer", "PrimaryUnavailableError", "QuorumUnavailableError",
         "RedisCheckpointer", "RepairReport", "ReplicatedCheckpointer", "ReplicationError",
-        "ReplicationStatus", "SQLiteCheckpointer", "SchemaChain", "SchemaStep", "SchemaVersionError",
+        "ReplicationStatus", "Retention", "SQLiteCheckpointer", "SchemaChain", "SchemaStep", "SchemaVersionError",
         "SerializationError", "SmartCheckpointer", "StorageVersionError", "StoreBusyError",
-        "StoreUnavailableError", "ThreadExistsError", "ThreadNotFoundError", "ToolCall", "ToolSpec",
+        "StoreUnavailableError", "SweepReport", "ThreadExistsError", "ThreadNotFoundError",
+        "ThreadState", "ToolCall", "ToolSpec",
         "WorkingMemory", "aload_agent_state", "connect", "load_agent_state",
     ],
     "langgraph_ckpt_ext.cli": [
