@@ -17,8 +17,10 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from langgraph_ckpt_ext import Retention
+from langgraph_ckpt_ext.core.errors import InvalidConfigError
 from langgraph_ckpt_ext.core.retention import thread_digest
 from langgraph_ckpt_ext.strategies.smart.policies import Periodic
+from langgraph_ckpt_ext.timetravel.audit import CUT
 from tests.support.graphs import chat_graph
 from tests.support.savers import SaverHandle, open_saver, param
 
@@ -372,6 +374,10 @@ def test_replicated_pins_policies_and_defaults_reach_the_replicas(
         assert kept is not None and kept.pinned
         assert own is not None and Retention.from_json(own.policy or "") == Retention(idle=3600)
     assert cp.thread_state("kept") == replicated.inner.thread_state("kept")
+    for bad in (lambda: cp.pin(""), lambda: cp.set_thread_retention("own", {"idle": 0})):
+        with pytest.raises(InvalidConfigError):  # refused before anything is queued
+            bad()
+    assert all(s.queued == 0 for s in cp.status().replicas)
     clock.advance(61)
     report = cp.sweep()
     assert report.deleted == ["short"] and report.pinned == 1
@@ -482,3 +488,29 @@ def test_smart_over_replicated(tmp_path: Path) -> None:
     finally:
         cp.close()
         repl.close()
+
+
+def test_audited_replicas_verify_cuts_and_erasures(tmp_path: Path) -> None:
+    """A replica, promoted one day, tells a cut or an erasure the primary made from tampering,
+    as the primary does."""
+    from langgraph_ckpt_ext import InMemoryCheckpointer, ReplicatedCheckpointer
+
+    primary, replica = InMemoryCheckpointer(audit=True), InMemoryCheckpointer(audit=True)
+    cp = ReplicatedCheckpointer(primary, [replica])
+    try:
+        clocked(cp, keep=2)
+        chat(cp, "t", turns=3)
+        chat(cp, "gone", user_id="u-1")
+        assert sorted(cp.sweep().trimmed) == ["gone", "t"]
+        assert cp.erase({"user_id": "u-1"}, reason="request 9").threads == ["gone"]
+        assert cp.flush(30)
+        on_primary = primary.verify("t")
+        assert CUT in {p.kind for p in on_primary.problems}
+        on_replica = replica.verify("t")
+        assert [(p.kind, p.checkpoint_id) for p in on_replica.problems] == [
+            (p.kind, p.checkpoint_id) for p in on_primary.problems]
+        for saver in (primary, replica):
+            erased = saver.verify("gone")
+            assert erased.erased and erased.ok and "request 9" in str(erased)
+    finally:
+        cp.close()

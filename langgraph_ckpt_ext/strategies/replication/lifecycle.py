@@ -62,12 +62,16 @@ async def kept(saver: StoreCheckpointer, thread_id: str) -> builtins.list[tuple[
 async def keep_only(saver: StoreCheckpointer, thread_id: str,
                     keep: Sequence[Sequence[str]]) -> int:
     """Delete the thread's checkpoints not in `keep` (with their writes, and the blobs only
-    they read, as a cut of the primary does); how many."""
+    they read, as a cut of the primary does; recorded in an audited store); how many."""
     wanted = {(ns, cid) for ns, cid in keep}
     victims = [v for v in await kept(saver, thread_id) if v not in wanted]
     if victims:
         await saver._store.delete_checkpoints(thread_id, victims, saver._plan_gc)
         saver._log.forget(thread_id)
+        if await saver._audited():  # as the primary's sweep: `verify` tells a cut
+            await saver._store.log_lifecycle([LifecycleEvent(
+                saver._store.clock(), "trim", thread_digest(thread_id), len(victims),
+                "retention")])
     return len(victims)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ...core.bridge import either
+from ...core.config import check_id
 from ...core.errors import ReplicationError
 from ...core.retention import ErasureReport, SweepReport
 from ...core.saver import StoreCheckpointer
@@ -59,7 +60,7 @@ class ReplicatedLifecycle(LifecycleForwarded):
 
     async def _set_lifecycle(self, sync: bool, name: str, thread_id: str, *args: Any) -> None:
         store_method(self.primary, name, "primary")  # refused before anything is queued
-        tid = str(thread_id)
+        tid = check_id(thread_id, "thread_id", required=True)
         await self._writer.write(sync, "lifecycle",
                                  lambda s: set_on(s, sync, name, thread_id, *args),
                                  (name, tid, *args), (tid,))
