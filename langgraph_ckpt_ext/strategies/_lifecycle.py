@@ -104,11 +104,20 @@ class LifecycleForwarded(Forwarded):
 
     # -- policy, pins ------------------------------------------------------------------------
 
+    def _host(self, name: str) -> Any:
+        """`_lifecycle_saver()`, or `NotImplementedError` when it keeps no lifecycle rows."""
+        saver = self._lifecycle_saver()
+        if not isinstance(saver, StoreCheckpointer | LifecycleForwarded):
+            raise NotImplementedError(
+                f"{name} needs one of this package's checkpointers inside the wrapper; "
+                f"{type(saver).__name__} keeps no thread lifecycle rows")
+        return saver
+
     @property
     def retention(self) -> Retention | None:
         """The retention policy of every thread without one of its own (see
         `StoreCheckpointer.retention`)."""
-        return cast("Retention | None", self._lifecycle_saver().retention)
+        return cast("Retention | None", self._host("retention").retention)
 
     @retention.setter
     def retention(self, value: Retention | Mapping[str, Any] | None) -> None:
@@ -117,14 +126,14 @@ class LifecycleForwarded(Forwarded):
     @property
     def clock(self) -> Callable[[], float]:
         """What "now" is for lifecycle rows and sweeps (see `StoreCheckpointer.clock`)."""
-        return cast("Callable[[], float]", self._lifecycle_saver().clock)
+        return cast("Callable[[], float]", self._host("clock").clock)
 
     @clock.setter
     def clock(self, clock: Callable[[], float]) -> None:
         self._set_attribute("clock", clock)
 
     def _set_attribute(self, name: str, value: Any) -> None:
-        setattr(self._lifecycle_saver(), name, value)
+        setattr(self._host(name), name, value)
 
     def pin(self, thread_id: str) -> None:
         """Exempt a thread from every retention rule (see `StoreCheckpointer.pin`)."""

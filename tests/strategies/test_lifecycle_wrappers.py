@@ -459,6 +459,10 @@ def test_wrappers_refuse_a_foreign_inner_saver(tmp_path: Path) -> None:
             for name, args in (("sweep", ()), ("erase", ({"u": 1},)), ("pin", ("t",))):
                 with pytest.raises(NotImplementedError, match="this package's checkpointers"):
                     getattr(cp, name)(*args)
+            with pytest.raises(NotImplementedError, match="keeps no thread lifecycle rows"):
+                cp.clock = Clock()
+            with pytest.raises(NotImplementedError, match="keeps no thread lifecycle rows"):
+                assert cp.retention is None
     finally:
         smart.close()
         repl.close()

@@ -52,7 +52,7 @@ class ReplicatedLifecycle(LifecycleForwarded):
     def _set_attribute(self, name: str, value: Any) -> None:
         """The default retention policy or the clock: the primary's, and that of every replica
         of this process that keeps lifecycle rows (one may become the primary)."""
-        setattr(ours(self.primary, "primary", name), name, value)
+        setattr(self._host(name), name, value)
         for r in self._fanout.views:
             if isinstance(r, Replica) and isinstance(r.saver, StoreCheckpointer
                                                      | LifecycleForwarded):
