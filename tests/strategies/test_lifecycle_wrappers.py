@@ -248,6 +248,46 @@ def test_smart_background_sweeper_stops_with_the_wrapper(buffering: SaverHandle)
     assert len(ids(inner, "active")) == 2 * one_turn  # both turns, written on close
 
 
+def sweeps_beside_a_graph(cp: Any, sweep: Any) -> None:
+    """Run turns of a thread while sweeping with every thread expired: no error, and whatever
+    is left reads back whole, and the thread goes on."""
+    clock = clocked(cp, idle=1)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for _ in range(12):
+                chat(cp, "busy")
+                clock.advance(2)  # every thread looks expired to the next sweep
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    writer = threading.Thread(target=run)
+    writer.start()
+    passes = 0
+    while not stop.is_set() or passes == 0:
+        sweep()
+        passes += 1
+    writer.join()
+    assert not errors
+    for tup in cp.list(cfg("busy")):
+        assert tup.checkpoint["channel_values"]
+    chat(cp, "busy")
+    latest = cp.get_tuple(cfg("busy"))
+    assert latest is not None and latest.checkpoint["channel_values"]["messages"]
+
+
+@pytest.mark.parametrize("policy", [None, Periodic(interval=0.01)], ids=["events", "periodic"])
+def test_smart_sweeps_beside_a_running_graph(smart: SaverHandle, policy: Any) -> None:
+    cp = smart.saver
+    if policy is not None:
+        cp.policy = policy
+    sweeps_beside_a_graph(cp, cp.sweep)
+
+
 # -- ReplicatedCheckpointer -------------------------------------------------------------------
 
 REPLICATED = [
@@ -409,6 +449,14 @@ def test_replicated_async_sweep_and_erase(replicated: SaverHandle) -> None:
     assert swept.deleted == ["a"] and erased.threads == ["b"]
     assert cp.flush(30)
     assert all(r.thread_ids() == [] for r in [replicated.inner, *replicas_of(replicated)])
+
+
+def test_replicated_sweeps_beside_a_running_graph(replicated: SaverHandle) -> None:
+    cp = replicated.saver
+    sweeps_beside_a_graph(cp, cp.sweep)
+    assert cp.flush(30)
+    for r in replicas_of(replicated):
+        assert ids(r, "busy") == ids(replicated.inner, "busy")
 
 
 def test_replicated_quorum_expiry_waits_for_the_replicas(tmp_path: Path) -> None:
