@@ -32,7 +32,7 @@ from ...core.lifetime import Lifetime
 from ...core.opening import Opening
 from ...core.saver import StoreCheckpointer
 from ...timetravel.methods import TimeTravel
-from .._forward import Forwarded, not_forwarded, store_method
+from .._forward import not_forwarded, store_method
 from .calls import in_thread
 from .failover import Failover
 from .failures import describe
@@ -43,6 +43,7 @@ from .options import Consistency, ReplicaArg, check, replica_spec
 from .process import Replicator
 from .repair import Progress, Repairs, anti_entropy
 from .status import RepairReport, ReplicationStatus
+from .sweeping import ReplicatedLifecycle
 from .worker import Replica
 from .writes import Writer
 
@@ -54,13 +55,20 @@ _WRITES = frozenset(f"{a}{name}" for a in ("", "a")
                     for name in ("migrate_threads", "enable_audit", "disable_audit"))
 
 
-class ReplicatedCheckpointer(SaverInterface, TimeTravel, Forwarded):
+class ReplicatedCheckpointer(SaverInterface, TimeTravel, ReplicatedLifecycle):
     """A primary checkpointer and replicas of any backend, with the consistency you choose.
 
     The time-travel methods (`history`, `fork`, ...) go through this checkpointer (reads to
     the primary, a fork's writes replicated); the helpers of this package's checkpointers
     (`sizes`, `verify`, `migration_log`, ...) are the primary's, and `migrate_threads`
     rewrites the primary, then repairs the threads it rewrote on every replica.
+
+    The data lifecycle (`sweep`, `erase`, `pin`, `set_thread_retention`, ...) is the
+    primary's, followed by the replicas: a thread the sweep expires or an erasure deletes is
+    deleted on every replica as `delete_thread` is, a history the sweep cuts is cut the same
+    on every replica, pins and per-thread policies are replicated writes, and the default
+    `retention` and the `clock` are set on the replicas of this process too, so that
+    retention survives a failover (see `lifecycle.py`, `sweeping.py`).
 
     Args:
         primary: where every write goes first and every read goes (ours or any
@@ -271,7 +279,9 @@ class ReplicatedCheckpointer(SaverInterface, TimeTravel, Forwarded):
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Apply what is queued (up to `timeout` s), then stop the workers and the background
-        repair. The primary and replicas are the caller's and stay open."""
+        repair (and the background sweeper). The primary and replicas are the caller's and
+        stay open."""
+        self.stop_sweeper()
         self.flush(timeout)
         self._lifetime.closed()
         self._closed.set()

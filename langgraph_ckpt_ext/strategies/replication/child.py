@@ -93,6 +93,10 @@ class _Deferred(BaseCheckpointSaver[Any]):
     def rows_compatible(self, other: BaseCheckpointSaver[Any]) -> bool:
         return self._open().rows_compatible(other)
 
+    def lifecycle_target(self) -> StoreCheckpointer:
+        """Where a lifecycle op applies (`lifecycle.apply_lifecycle`)."""
+        return self._open()
+
 
 class _Outbox:
     """What the child's replicas did, sent to the parent in batches."""

@@ -75,7 +75,7 @@ class Ack:
 
 @dataclass
 class Op:
-    kind: str  # rows | put | writes | delete | delete_runs | copy | prune
+    kind: str  # rows | put | writes | delete | delete_runs | copy | prune | lifecycle
     args: tuple[Any, ...]
     threads: tuple[str, ...]  # the threads it touches (none known: delete_runs)
     at: float

@@ -16,6 +16,7 @@ from ...core.errors import ReplicationError
 from ...core.inner import BatchSaver, RowSaver
 from .failures import classifier
 from .health import Health
+from .lifecycle import apply_lifecycle
 from .queue import BATCH, BATCHED, Entry, Op
 from .status import ReplicaStatus
 
@@ -180,6 +181,8 @@ class Replica(Health):
             saver.delete_for_runs(*a)
         elif op.kind == "copy":
             saver.copy_thread(*a)
+        elif op.kind == "lifecycle":
+            apply_lifecycle(saver, a)
         else:
             saver.prune(a[0], strategy=a[1])
 

@@ -253,6 +253,12 @@ class Buffer:
                     wait = min(wait, left)
         return wait, due
 
+    def holds(self, thread_id: str) -> bool:
+        """Whether the thread has items queued or being written."""
+        with self.lock:
+            st = self.threads.get(thread_id)
+            return st is not None and bool(st.pending or st.flights)
+
     def drop(self, thread_id: str) -> bool:
         """Drop a thread's queue (it is being deleted); False while a batch of it is being
         written (then try again after it)."""

@@ -45,9 +45,20 @@ from ...core.config import thread_id_of
 from ...core.errors import InvalidConfigError
 from ...core.lifetime import Lifetime
 from ...core.opening import Opening
+from ...core.retention import ErasureReport, SweepReport
 from ...core.saver import StoreCheckpointer
 from ...timetravel.methods import TimeTravel
-from .._forward import Closing, Forwarded, iterate_closing, not_forwarded, store_method
+from .._forward import Closing, iterate_closing, not_forwarded, store_method
+from .._lifecycle import (
+    Delete,
+    DeleteWrap,
+    Expire,
+    ExpireWrap,
+    LifecycleForwarded,
+    host_erase,
+    host_sweep,
+    set_on,
+)
 from .buffer import Buffer
 from .flusher import LIVE, Flusher, Timer
 from .items import Encoder, Item, writes_item
@@ -59,12 +70,21 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded, Closing):
+class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, LifecycleForwarded, Closing):
     """Wraps any checkpointer and writes to it when it matters.
 
     The time-travel methods (`history`, `fork`, ...) read through the buffer; the helpers of
     this package's checkpointers (`sizes`, `verify`, `migrate_threads`, ...) are the inner
     one's, called once the buffer of the threads they read or rewrite is written.
+
+    The data lifecycle (`sweep`, `erase`, `pin`, `retention`, `clock`, ...) is the inner
+    one's, with the buffer taken into account: a thread with items buffered (or being
+    written) is active, so a sweep never expires it (it is reported `busy`, and left for the
+    next pass, by when its flush has recorded the write); an erasure writes the buffer first
+    (so that buffered checkpoints are searched too) and drops the buffer of each thread it
+    deletes; a background sweeper (`start_sweeper`) sweeps through this wrapper and stops on
+    its `close`. A read served from the buffer is not recorded as a read (`refresh_on_read`):
+    that thread is buffered, hence active, and its flush records a later write anyway.
 
     Args:
         inner: the checkpointer that stores (ours or any `BaseCheckpointSaver`).
@@ -247,12 +267,16 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded, Closing
         await self._delete(thread_id, False)
 
     async def _delete(self, thread_id: str, sync: bool) -> None:
+        await self._drop(thread_id, sync)
+        await either(sync, self.inner.delete_thread, self.inner.adelete_thread, thread_id)
+
+    async def _drop(self, thread_id: str, sync: bool) -> None:
+        """Drop the buffer of a thread being deleted."""
         while not self._buffer.drop(str(thread_id)):
             # A flush is writing it: delete after it. Async, the flush may run on this very
             # loop, so it waits by yielding to the loop, never by blocking it.
             await either(sync, time.sleep, _asleep, 0.002)
         self._encoder.forget(str(thread_id))
-        await either(sync, self.inner.delete_thread, self.inner.adelete_thread, thread_id)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         run_inline(self._then([source_thread_id, target_thread_id], True, self.inner.copy_thread,
@@ -325,6 +349,47 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded, Closing
                 self._encoder.forget(None if t is None else str(t))
         return result
 
+    # -- the data lifecycle (`LifecycleForwarded`): the inner checkpointer's, minus the buffer --
+
+    def _lifecycle_saver(self) -> Any:
+        return self.inner
+
+    async def _set_lifecycle(self, sync: bool, name: str, thread_id: str, *args: Any) -> None:
+        await set_on(self.inner, sync, name, thread_id, *args)
+
+    async def _guarded_sweep(self, sync: bool, limit: int | None, dry_run: bool,
+                             delete_paused: bool | None, wrap: ExpireWrap) -> SweepReport:
+        report = await host_sweep(self.inner, "inner", sync, limit, dry_run, delete_paused,
+                                  lambda expire, s: wrap(self._unless_buffered(expire), s))
+        if dry_run:  # (a real pass asks `_unless_buffered`)
+            held = [t for t in report.deleted if self._buffer.holds(t)]
+            report.deleted = [t for t in report.deleted if t not in held]
+            report.busy += held
+        return report
+
+    def _unless_buffered(self, expire: Expire) -> Expire:
+        """An expiry that spares a thread this buffer holds items of (or is writing)."""
+        async def guarded(thread_id: str, generation: int) -> bool:
+            if self._buffer.holds(thread_id) or not await expire(thread_id, generation):
+                return False
+            self._encoder.forget(thread_id)
+            return True
+
+        return guarded
+
+    async def _guarded_erase(self, sync: bool, where: Mapping[str, Any], dry_run: bool,
+                             reason: str, wrap: DeleteWrap) -> ErasureReport:
+        await self._flusher.threads(None, self.coalesce, sync)  # buffered metadata counts too
+
+        def dropping(delete: Delete, hook_sync: bool) -> Delete:
+            async def drop_then(thread_id: str) -> None:
+                await self._drop(thread_id, hook_sync)
+                await delete(thread_id)
+
+            return wrap(drop_then, hook_sync)
+
+        return await host_erase(self.inner, "inner", sync, where, dry_run, reason, dropping)
+
     if not TYPE_CHECKING:  # (for mypy, an unknown attribute stays an error)
         def __getattr__(self, name: str) -> Any:
             # vars(): no attribute lookup that could come back here while being built
@@ -333,14 +398,16 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, Forwarded, Closing
     # -- lifecycle --------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Write everything buffered and stop the interval timer (the inner checkpointer is
-        the caller's and stays open, unless `from_conn_string` opened it)."""
+        """Write everything buffered, stop the interval timer and the background sweeper (the
+        inner checkpointer is the caller's and stays open, unless `from_conn_string` opened
+        it)."""
         run_inline(self._close(sync=True))
 
     async def aclose(self) -> None:
         await self._close(sync=False)
 
     async def _close(self, sync: bool) -> None:
+        self.stop_sweeper()
         await self._flusher.threads(None, self.coalesce, sync)
         self._lifetime.closed()
         self._timer.stop()
