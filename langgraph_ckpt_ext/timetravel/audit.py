@@ -161,9 +161,9 @@ async def verify_thread(stored: StoredRows, thread_id: str) -> AuditReport:
     for r in rows:
         by_ns[r.checkpoint_ns].append(r)
     problems: list[AuditProblem] = []
-    for ns, ns_rows in by_ns.items():
-        problems += await _verify_ns(stored, thread_id, ns, ns_rows, switches)
     cuts = [e.at for e in deletions if e.action == "trim"]
+    for ns, ns_rows in by_ns.items():
+        problems += await _verify_ns(stored, thread_id, ns, ns_rows, switches, bool(cuts))
     if cuts:  # a parent gone by a recorded history cut was deleted on purpose
         problems = [AuditProblem(CUT, p.thread_id, p.checkpoint_ns, p.checkpoint_id,
                                  f"{p.detail}, by a history cut the store recorded "
@@ -179,7 +179,11 @@ async def _verify_ns(
     ns: str,
     rows: list[CheckpointRow],
     switches: Sequence[AuditSwitch] = (),
+    cut: bool = False,
 ) -> list[AuditProblem]:
+    """The problems of one namespace's checkpoints; `cut`: the store recorded cutting this
+    thread's history (a checkpoint whose parent went with a cut, taking the pending writes
+    its hash covers, cannot be checked, and is reported as cut)."""
     serde = source.serde
     rows.sort(key=lambda r: r.checkpoint_id)
     by_id = {r.checkpoint_id: r for r in rows}
@@ -227,8 +231,12 @@ async def _verify_ns(
             found = content_hash(
                 ids, rec["prev"], row.checkpoint, metadata_bytes(serde, md), channels, covered
             )
-            if found != rec["hash"]:
-                lost = len(rec["writes"]) - len(covered)
+            lost = len(rec["writes"]) - len(covered)
+            if found != rec["hash"] and cut and lost and parent and parent not in by_id:
+                problem(row, CUT, f"its parent {parent} went with a recorded history cut, "
+                        f"with {lost} pending write(s) its hash covers: its content cannot be "
+                        "checked against its hash")
+            elif found != rec["hash"]:
                 also = f"; {lost} pending write(s) of its parent that it covers are gone" if lost else ""
                 problem(row, ALTERED, "its stored content (channel values, checkpoint record, "
                         f"metadata or its parent's pending writes) does not match its hash{also}")

@@ -531,6 +531,26 @@ def test_delta_channels_prune_and_copy(
     assert len(pruned.problems) == 1 and pruned.ok and "history cut on purpose" in str(pruned)
 
 
+def test_sweep_cuts_are_recorded_and_verify_as_cut(
+    audited: StoreCheckpointer, audited_handle: SaverHandle, backend: str
+) -> None:
+    """A sweep keeping the newest 3 checkpoints of an audited thread: `verify` reports the cut
+    (its oldest kept checkpoint lost its parent and the writes its hash covers) and stays ok;
+    a checkpoint deleted behind the checkpointer's back in another thread is still tampering."""
+    from langgraph_ckpt_ext import Retention
+
+    graph = fan_graph().compile(checkpointer=audited)
+    for i in range(3):
+        graph.invoke({"items": [i, i + 1], "results": [], "total": 0}, conf("kept3"))
+    audited.retention = Retention(keep=3)
+    report = audited.sweep()
+    assert report.trimmed.get("kept3")
+    verdict = verify_fresh(audited_handle, audited, "kept3")
+    assert verdict.checked == 3 and verdict.ok, str(verdict)
+    assert {p.kind for p in verdict.problems} == {CUT}
+    assert [e.action for e in audited.lifecycle_log("kept3")] == ["trim"]
+
+
 def test_erasure_is_reported_as_such(
     audited: StoreCheckpointer, audited_handle: SaverHandle, backend: str
 ) -> None:
