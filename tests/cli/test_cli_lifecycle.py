@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import io
 import json
 import time
@@ -20,7 +21,7 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from langgraph_ckpt_ext.backends.memory import InMemoryCheckpointer
-from langgraph_ckpt_ext.cli import lifecycle, main, maintain
+from langgraph_ckpt_ext.cli import browse, lifecycle, main, maintain
 from langgraph_ckpt_ext.cli.lifecycle import duration, instant, where_item
 from langgraph_ckpt_ext.core.retention import thread_digest
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
@@ -116,6 +117,18 @@ def scenario(run: RunCli, snapshot: Callable[[], dict[str, list[str]]],
     before = snapshot()
     assert sorted(before) == ["new", "old-1", "old-2", "paused-old", "pinned-old"]
 
+    # threads --lifecycle: each thread's row
+    rows = {r["thread_id"]: r for r in run("threads", "--lifecycle", "--json").json()}
+    assert rows["pinned-old"]["pinned"] is True and rows["new"]["pinned"] is False
+    created = dt.datetime.fromisoformat(rows["old-2"]["created"]).timestamp()
+    assert 39 * DAY < time.time() - created < 41 * DAY
+    assert time.time() - dt.datetime.fromisoformat(rows["new"]["written"]).timestamp() < DAY
+    assert rows["new"]["policy"] is None and rows["new"]["status"] == "done"
+    text = run("threads", "--lifecycle").out
+    assert text.split()[:7] == ["THREAD", "ID", "CHECKPOINTS", "BYTES", "CREATED", "WRITTEN",
+                                "PINNED"]
+    assert "pinned" not in run("threads", "--json").json()[0]
+
     # dry runs change nothing
     dry = run("sweep", "--idle-for", "30d", "--dry-run", "--json").json()
     assert dry["dry_run"] is True and dry["deleted"] == ["old-1", "old-2"]
@@ -190,6 +203,7 @@ def handed(monkeypatch: pytest.MonkeyPatch, cp: StoreCheckpointer) -> Iterator[N
 
     monkeypatch.setattr(lifecycle, "open_saver", opener)
     monkeypatch.setattr(maintain, "open_saver", opener)
+    monkeypatch.setattr(browse, "open_saver", opener)
     yield
 
 
