@@ -217,9 +217,14 @@ def in_process(capsys: pytest.CaptureFixture[str]) -> RunCli:
 
 
 def memory_snapshot(cp: StoreCheckpointer) -> Callable[[], dict[str, list[str]]]:
-    return lambda: {t: [c.config["configurable"]["checkpoint_id"]
-                        for c in cp.list({"configurable": {"thread_id": t}})]
-                    for t in cp.thread_ids()}
+    """Each thread's checkpoint ids (a thread holding none, only pinned, left out)."""
+    def snapshot() -> dict[str, list[str]]:
+        found = {t: [c.config["configurable"]["checkpoint_id"]
+                     for c in cp.list({"configurable": {"thread_id": t}})]
+                 for t in cp.thread_ids()}
+        return {t: ids for t, ids in found.items() if ids}
+
+    return snapshot
 
 
 def test_commands_on_the_memory_store(monkeypatch: pytest.MonkeyPatch,
