@@ -42,8 +42,9 @@ __all__ = ["CliError", "Output", "main"]
 _DESCRIPTION = """\
 Inspect and operate the checkpoint stores of langgraph-ckpt-ext: list threads and their
 history, show and diff checkpoints, fork, prune, migrate state schemas, verify audit trails
-(and turn a store's auditing on or off), copy threads between stores, import them from
-LangGraph's own savers, export them.
+(and turn a store's auditing on or off), sweep by a retention policy, erase by metadata, pin
+threads, vacuum, copy threads between stores, import them from LangGraph's own savers, export
+them.
 
 A store written with a serializer of your own is read with --serde MODULE:OBJECT (an object
 with dumps_typed and loads_typed, or a class or factory that makes one). Store-wide commands
@@ -53,14 +54,14 @@ percent-encode '#', '/', '?' and '@' in them (%23, %2F, %3F, %40).
 
 exit codes: 0 ok, 1 error, 2 usage, 3 thread or checkpoint not found, 4 conflict (target
 exists), 5 store unavailable (unreachable server, wrong URL, no store there), 6 verification
-failed, 7 busy (a thread was being written the whole time: retry), 8 finished past damaged
-threads (each reported on stderr)"""
+failed, 7 busy (a thread was being written the whole time, or another sweeper holds the
+store's sweep lock: retry), 8 finished past damaged threads (each reported on stderr)"""
 
 
 def _command_modules() -> list[ModuleType]:
-    from . import audit, browse, maintain, move
+    from . import audit, browse, lifecycle, maintain, move
 
-    return [browse, maintain, move, audit]
+    return [browse, maintain, lifecycle, move, audit]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,6 +4,8 @@ calls of the checkpointer's public methods; what they print is built here."""
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +90,9 @@ def _threads(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     )
     add_paging(p, 100)
     add_strict(p)
+    p.add_argument("--lifecycle", action="store_true",
+                   help="show each thread's lifecycle row too: when it was created and last "
+                        "written, whether it is pinned, and its own retention policy")
     p.set_defaults(run=run_threads)
 
 
@@ -119,6 +124,20 @@ def thread_summary(saver: Checkpointer, thread_id: str, damage: DamageLog | None
     }
 
 
+def lifecycle_columns(saver: Checkpointer, thread_id: str) -> dict[str, Any]:
+    """A thread's lifecycle row as `threads --lifecycle` shows it (no row: all None)."""
+    state = saver.thread_state(thread_id)
+    if state is None:
+        return dict.fromkeys(("created", "written", "read", "pinned", "policy"))
+
+    def at(seconds: float | None) -> dt.datetime | None:
+        return None if seconds is None else dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
+
+    return {"created": at(state.created_at), "written": at(state.written_at),
+            "read": at(state.read_at), "pinned": state.pinned,
+            "policy": None if state.policy is None else json.loads(state.policy)}
+
+
 def run_threads(args: argparse.Namespace, out: Output) -> int:
     damage = DamageLog(out, args.strict)
     with open_saver(args.url, write=False, **serde_options(args)) as saver:
@@ -128,9 +147,14 @@ def run_threads(args: argparse.Namespace, out: Output) -> int:
             for thread_id in page:
                 row = thread_summary(saver, thread_id, damage)
                 if row is not None:
+                    if args.lifecycle:
+                        row.update(lifecycle_columns(saver, thread_id))
                     rows.append(row)
                 bar.update()
-    out.table(rows, ["thread_id", "checkpoints", "bytes", "last_update", "status"])
+    columns = ["thread_id", "checkpoints", "bytes", "last_update", "status"]
+    if args.lifecycle:
+        columns[3:4] = ["created", "written", "pinned"]
+    out.table(rows, columns)
     say_more(out, more, page)
     return damage.finish(OK)
 

@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ThreadNotFoundError
+from ..core.retention import Retention
 from .common import (
+    BUSY,
     OK,
     USAGE,
     VERIFY_FAILED,
@@ -21,6 +23,7 @@ from .common import (
     quoted_names,
     serde_options,
 )
+from .lifecycle import add_rules, policy_of, sweep_rows
 from .output import Output, human_bytes, printable
 from .selection import (
     PAUSED,
@@ -92,9 +95,15 @@ def _prune(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="keep_latest keeps each namespace's newest checkpoint (and what its "
         "values still need); delete removes the threads. A thread paused for a human "
         "(awaiting human) is skipped unless --include-paused is given. --dry-run lists what "
-        "would be removed and changes nothing.",
+        "would be removed and changes nothing. With --idle-for, --older-than or --keep (and "
+        "--all), the threads are chosen by their lifecycle rows, as one pass of `lgckpt sweep` "
+        "with that policy: those not written for --idle-for or since --older-than are pruned "
+        "with --strategy, and --keep N cuts every history to its newest N checkpoints; pinned "
+        "threads are left alone.",
         example="lgckpt prune --all --dry-run\n"
-                "lgckpt prune t-1 t-2 --strategy delete",
+                "lgckpt prune t-1 t-2 --strategy delete\n"
+                "lgckpt prune --all --idle-for 30d --strategy delete --dry-run\n"
+                "lgckpt prune --all --keep 10",
     )
     p.add_argument("threads", metavar="THREAD", nargs="*", help="the threads to prune")
     p.add_argument("--all", action="store_true", help="every thread of the store")
@@ -104,6 +113,7 @@ def _prune(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    "change nothing")
     p.add_argument("--include-paused", action="store_true",
                    help="prune threads awaiting a human too")
+    add_rules(p, absolute=False)
     p.set_defaults(run=run_prune)
 
 
@@ -134,6 +144,9 @@ def _prune_row(saver: Checkpointer, thread_id: str, args: argparse.Namespace
 
 
 def run_prune(args: argparse.Namespace, out: Output) -> int:
+    policy = policy_of(args, args.strategy, args.include_paused)
+    if policy is not None:
+        return _prune_by_policy(args, out, policy)
     with open_saver(args.url, write=not args.dry_run, create=False, **serde_options(args)) as saver:
         threads = threads_of(saver, args.threads, args.all, args.url)
         rows = [r for r in (_prune_row(saver, t, args) for t in threads) if r is not None]
@@ -151,6 +164,51 @@ def run_prune(args: argparse.Namespace, out: Output) -> int:
         text = f"{verb} {removed} checkpoint(s) of {len(todo)} thread(s)"
         if skipped:
             text += f"; {skipped} thread(s) awaiting a human skipped (--include-paused prunes them)"
+        out.line(text + ("; nothing changed (dry run)" if args.dry_run else ""))
+    return OK
+
+
+def _prune_by_policy(args: argparse.Namespace, out: Output, policy: Retention) -> int:
+    """`prune --all` with lifecycle options: a sweep pass with `policy` (its dry run first, for
+    the counts the table shows)."""
+    if args.threads or not args.all:
+        raise CliError("--idle-for, --older-than and --keep choose threads by their lifecycle "
+                       "rows, across the store: use them with --all (not with named threads)",
+                       USAGE)
+    paused = True if args.include_paused else None
+    with open_saver(args.url, write=not args.dry_run, create=False, **serde_options(args)) as saver:
+        saver.retention = policy
+        report = saver.sweep(dry_run=True, delete_paused=paused)
+        stored = {t: size_totals(saver.sizes(t))["checkpoints"]
+                  for t in [*report.deleted, *report.trimmed, *report.paused]}
+        if not args.dry_run and not report.locked_out:
+            report = saver.sweep(delete_paused=paused)
+    if report.locked_out:
+        raise CliError(f"{report} (retry when it is done)", BUSY)
+    rows = []
+    for row in sweep_rows(report, stored):
+        status = row["status"]
+        if status in ("deleted", "cut"):
+            status = "removed"
+        elif status.startswith("would"):
+            status = "would remove"
+        elif status.startswith("kept"):
+            status = "skipped: awaiting human"
+        removed = row["removed"] or 0
+        kept = max(0, stored.get(row["thread_id"], removed) - removed)
+        rows.append({"thread_id": row["thread_id"], "status": status, "removed": removed,
+                     "kept": kept})
+    out.table(rows, ["thread_id", "status", "removed", "kept"])
+    if not out.json_mode:
+        changed = [r for r in rows if r["removed"]]
+        verb = "would remove" if args.dry_run else "removed"
+        text = (f"{verb} {sum(r['removed'] for r in changed)} checkpoint(s) of {len(changed)} "
+                f"thread(s), of {report.examined} examined")
+        if report.paused:
+            text += (f"; {len(report.paused)} thread(s) awaiting a human skipped "
+                     "(--include-paused prunes them)")
+        if report.pinned:
+            text += f"; {report.pinned} pinned thread(s) left alone"
         out.line(text + ("; nothing changed (dry run)" if args.dry_run else ""))
     return OK
 
