@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -35,6 +35,37 @@ from .checkpointer import Checkpointer
 _NsKey = tuple[str, str]  # (thread_id, checkpoint_ns)
 
 
+_K = TypeVar("_K", bound=tuple[Any, ...])
+_V = TypeVar("_V")
+
+
+class _ByThread(dict[_K, _V]):
+    """A dict keyed by tuples that start with a thread id, indexing its keys by thread, so
+    that a thread's keys are found without a scan of the whole store (a sweep deleting
+    thousands of threads stays linear). A missing key reads as a new empty dict."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.of: dict[str, set[_K]] = defaultdict(set)
+
+    def __missing__(self, key: _K) -> _V:
+        value = cast(_V, {})
+        self[key] = value
+        return value
+
+    def __setitem__(self, key: _K, value: _V) -> None:
+        self.of[key[0]].add(key)
+        super().__setitem__(key, value)
+
+    def keys_of(self, thread_id: str) -> list[_K]:
+        """The keys of one thread present now."""
+        return [k for k in self.of.get(thread_id, ()) if k in self]
+
+    def drop(self, thread_id: str) -> None:
+        for key in self.of.pop(thread_id, ()):
+            self.pop(key, None)
+
+
 class MemoryStore:
     """Dict storage of serialized rows. Its coroutines never suspend (`inline`), and one
     re-entrant lock makes each operation atomic across threads."""
@@ -43,11 +74,11 @@ class MemoryStore:
     wants_versions = False
 
     def __init__(self) -> None:
-        self.checkpoints: dict[_NsKey, dict[str, CheckpointRow]] = defaultdict(dict)
-        self.blobs: dict[_NsKey, dict[tuple[str, str], BlobRow]] = defaultdict(dict)
-        self.writes: dict[tuple[str, str, str], dict[tuple[str, int], WriteRow]] = defaultdict(dict)
+        self.checkpoints: _ByThread[_NsKey, dict[str, CheckpointRow]] = _ByThread()
+        self.blobs: _ByThread[_NsKey, dict[tuple[str, str], BlobRow]] = _ByThread()
+        self.writes: _ByThread[tuple[str, str, str], dict[tuple[str, int], WriteRow]] = _ByThread()
         self.latest: dict[_NsKey, str] = {}  # newest checkpoint id per namespace
-        self.migrations: dict[tuple[str, str, str, int], MigrationEntry] = {}
+        self.migrations: _ByThread[tuple[str, str, str, int], MigrationEntry] = _ByThread()
         self.audit_log: list[AuditSwitch] = []
         self.threads: dict[str, ThreadState] = {}  # lifecycle rows
         self.lifecycle: list[LifecycleEvent] = []
@@ -133,7 +164,8 @@ class MemoryStore:
             keys = sorted(
                 (
                     k
-                    for k in self.checkpoints
+                    for k in (self.checkpoints if query.thread_id is None
+                              else self.checkpoints.keys_of(query.thread_id))
                     if (query.thread_id is None or k[0] == query.thread_id)
                     and (query.checkpoint_ns is None or k[1] == query.checkpoint_ns)
                 ),
@@ -200,31 +232,29 @@ class MemoryStore:
 
     async def delete_thread(self, thread_id: str) -> None:
         with self._lock:
-            for ns_key in [k for k in self.checkpoints if k[0] == thread_id]:
-                del self.checkpoints[ns_key]
+            for ns_key in self.checkpoints.keys_of(thread_id):
                 self.latest.pop(ns_key, None)
-            for ns_key in [k for k in self.blobs if k[0] == thread_id]:
-                del self.blobs[ns_key]
-            for w_key in [k for k in self.writes if k[0] == thread_id]:
-                del self.writes[w_key]
-            for m_key in [k for k in self.migrations if k[0] == thread_id]:
-                del self.migrations[m_key]
+            for table in (self.checkpoints, self.blobs, self.writes, self.migrations):
+                table.drop(thread_id)
             self.threads.pop(thread_id, None)
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         with self._lock:
-            for (tid, ns), rows in list(self.checkpoints.items()):
-                if tid == source_thread_id:
+            for (tid, ns) in self.checkpoints.keys_of(source_thread_id):
+                rows = self.checkpoints[(tid, ns)]
+                if rows:
                     target = self.checkpoints[(target_thread_id, ns)]
                     for cid, row in rows.items():
                         target.setdefault(cid, replace(row, thread_id=target_thread_id))
                     if target:
                         self.latest[(target_thread_id, ns)] = max(target)
-            for (tid, ns), blobs in list(self.blobs.items()):
-                if tid == source_thread_id:
+            for (tid, ns) in self.blobs.keys_of(source_thread_id):
+                blobs = self.blobs[(tid, ns)]
+                if blobs:
                     self.blobs[(target_thread_id, ns)].update(blobs)
-            for (tid, ns, cid), writes in list(self.writes.items()):
-                if tid == source_thread_id:
+            for (tid, ns, cid) in self.writes.keys_of(source_thread_id):
+                writes = self.writes[(tid, ns, cid)]
+                if writes:
                     target_w = self.writes[(target_thread_id, ns, cid)]
                     for key, w in writes.items():
                         target_w.setdefault(key, replace(w, thread_id=target_thread_id))
@@ -256,16 +286,13 @@ class MemoryStore:
                     self.checkpoints.pop((thread_id, ns), None)
                     self.latest.pop((thread_id, ns), None)
             remaining = [
-                row
-                for (tid, _), rows in self.checkpoints.items()
-                if tid == thread_id
-                for row in rows.values()
+                row for key in self.checkpoints.keys_of(thread_id)
+                for row in self.checkpoints[key].values()
             ]
             refs = [
-                BlobRef(ns, b.channel, b.version, b.base_version)
-                for (tid, ns), blobs in self.blobs.items()
-                if tid == thread_id
-                for b in blobs.values()
+                BlobRef(key[1], b.channel, b.version, b.base_version)
+                for key in self.blobs.keys_of(thread_id)
+                for b in self.blobs[key].values()
             ]
             for ns, channel, version in gc(remaining, refs):
                 self.blobs[(thread_id, ns)].pop((channel, version), None)

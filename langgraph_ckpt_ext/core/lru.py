@@ -19,6 +19,7 @@ class SizedLRU(Generic[K, V]):
         self.max_bytes = max_bytes
         self._size_of = size_of
         self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        self._of: dict[str, set[K]] = {}  # a thread's keys, so dropping them is no scan
         self.total = 0
         """Bytes held."""
 
@@ -31,6 +32,7 @@ class SizedLRU(Generic[K, V]):
         self.pop(key)
         size = self._size_of(value)
         self._items[key] = (value, size)
+        self._of.setdefault(key[0], set()).add(key)
         self.total += size
         while self.total > self.max_bytes and self._items:
             self.pop(next(iter(self._items)))
@@ -39,14 +41,20 @@ class SizedLRU(Generic[K, V]):
         found = self._items.pop(key, None)
         if found is not None:
             self.total -= found[1]
+            keys = self._of.get(key[0])
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._of[key[0]]
 
     def drop_thread(self, thread_id: str | None) -> None:
         """Drop every key of one thread (None: all)."""
         if thread_id is None:
             self._items.clear()
+            self._of.clear()
             self.total = 0
             return
-        for key in [k for k in self._items if k[0] == thread_id]:
+        for key in list(self._of.get(thread_id, ())):
             self.pop(key)
 
     def __iter__(self) -> Iterator[K]:
