@@ -4,11 +4,11 @@ Per backend (memory, sqlite, postgres, redis):
 
 1. Fill: THREADS threads of 2 or 3 checkpoints each (direct `aput`s, 32 threads in flight),
    the first half written 40 days ago (the store's injected clock), the second half now.
-2. Writer alone: a thread putting small checkpoints (direct `put`s, on 8 threads of its own,
-   written now) for WINDOW seconds: checkpoints/s.
+2. Writer alone: a graph (one node appending to a list; 2 checkpoints and the step's writes
+   per turn) running turns on 8 threads of its own, in turn, for WINDOW seconds: turns/s.
 3. Sweep: one pass of `Retention(idle=30 days)` (strategy delete), timed, the same writer
    running meanwhile: threads examined per second, threads deleted (half the store), and the
-   writer's checkpoints/s during the pass. The ratio during/alone is what a pass costs the
+   graph's turns/s during the pass. The ratio during/alone is what a pass costs the
    application's writes.
 
 The writer and the sweeper are separate checkpointers over the same storage (separate
@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import operator
 import sys
 import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import END, START, StateGraph
 from places import drop, open_saver
 
 from langgraph_ckpt_ext import InMemoryCheckpointer, Retention
@@ -72,8 +74,23 @@ async def fill(saver: StoreCheckpointer, first: int, count: int, at: float) -> N
     await asyncio.gather(*(bounded(t) for t in range(first, first + count)))
 
 
+class _Chat(TypedDict):
+    messages: Annotated[list[str], operator.add]
+
+
+def _graph() -> StateGraph:
+    def agent(state: _Chat) -> dict[str, Any]:
+        return {"messages": [f"echo {len(state['messages'])}"]}
+
+    b = StateGraph(_Chat)
+    b.add_node("agent", agent)
+    b.add_edge(START, "agent")
+    b.add_edge("agent", END)
+    return b
+
+
 class Writer:
-    """A thread putting checkpoints until stopped, stamping each one's completion."""
+    """A thread running graph turns until stopped, stamping each turn's completion."""
 
     def __init__(self, saver: StoreCheckpointer, tag: str) -> None:
         self.saver = saver
@@ -83,15 +100,13 @@ class Writer:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        configs: list[Any] = [{"configurable": {"thread_id": f"w-{self.tag}-{k}",
-                                                "checkpoint_ns": ""}} for k in range(8)]
-        versions: list[Any] = [None] * 8
+        # a small real graph (one node appending to a message list), 8 threads in turn:
+        # each turn stores its input checkpoint, the step's writes and the step's checkpoint
+        graph = _graph().compile(checkpointer=self.saver)
+        configs = [{"configurable": {"thread_id": f"w-{self.tag}-{k}"}} for k in range(8)]
         i = 0
         while not self._stop.is_set():
-            k = i % 8
-            ckpt, versions[k] = checkpoint(self.saver, versions[k], i // 8 % 20)
-            configs[k] = self.saver.put(configs[k], ckpt, {"step": i, "source": "loop"},
-                                        {"items": versions[k]})
+            graph.invoke({"messages": [f"m{i}"]}, configs[i % 8])
             self.done.append(time.perf_counter())
             i += 1
 
@@ -104,7 +119,7 @@ class Writer:
         self._thread.join()
 
     def rate(self, start: float, end: float) -> float:
-        """Checkpoints/s completed between `start` and `end` (perf_counter seconds)."""
+        """Graph turns/s completed between `start` and `end` (perf_counter seconds)."""
         n = sum(1 for t in self.done if start <= t <= end)
         return n / (end - start) if end > start else 0.0
 
@@ -196,9 +211,9 @@ def main() -> None:
     if unknown:
         p.error(f"unknown backend(s): {', '.join(sorted(unknown))}")
     print(f"python {sys.version.split()[0]}; {args.threads} threads (half idle 40 days, 2-3 "
-          f"checkpoints each); one sweep pass of Retention(idle=30 days); writer: direct puts")
+          f"checkpoints each); one sweep pass of Retention(idle=30 days); writer: a graph, turns/s")
     head = (f"{'backend':<9}{'fill ckpt/s':>12}{'sweep s':>9}{'threads/s':>11}{'deleted':>9}"
-            f"{'busy':>6}{'write alone/s':>15}{'during/s':>10}{'ratio':>7}")
+            f"{'busy':>6}{'turns alone/s':>15}{'during/s':>10}{'ratio':>7}")
     print(head, flush=True)
     for backend in backends:
         r = run(backend, args)

@@ -10,11 +10,12 @@ meanwhile (`delete_checkpoints`).
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import logging
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
@@ -88,6 +89,8 @@ class Lifecycle(Pruning):
     """Retention, pins, sweeps, erasure and vacuum: mixed into `StoreCheckpointer`."""
 
     _retention: Retention | None = None
+    _sweep_in_flight = 8
+    """Threads a sweep pass works on at once."""
     _sweeper: Sweeper | None = None
     _touched: OrderedDict[str, float]
 
@@ -240,26 +243,52 @@ class Lifecycle(Pruning):
             changed, cursor = 0, None
             while not report.more:
                 states, cursor = await store.thread_states(cursor, _PAGE)
+                todo: builtins.list[tuple[ThreadState, Retention]] = []
                 for state in states:
-                    if limit is not None and changed >= limit:
-                        report.more = True
-                        break
-                    report.examined += 1
                     if state.pinned:
+                        report.examined += 1
                         report.pinned += 1
                         continue
                     policy = (Retention.from_json(state.policy) if state.policy
                               else self._retention)
                     if policy is None:
+                        report.examined += 1
                         continue
-                    if await self._sweep_thread(state, policy, report, delete_paused,
-                                                expire, trimmed, events):
-                        changed += 1
+                    todo.append((state, policy))
+                # A few threads at a time: their round trips overlap (a pool, a pipeline, one
+                # group commit for SQLite), and `limit` is never overshot.
+                while todo:
+                    room = (self._sweep_in_flight if limit is None
+                            else min(self._sweep_in_flight, limit - changed))
+                    if room <= 0:
+                        report.more = True
+                        break
+                    chunk, todo = todo[:room], todo[room:]
+                    report.examined += len(chunk)
+                    done = await self._each([
+                        self._sweep_thread(state, policy, report, delete_paused, expire,
+                                           trimmed, events)
+                        for state, policy in chunk])
+                    changed += sum(done)
                 if cursor is None:
                     break
+            for found in (report.deleted, report.paused, report.busy):
+                found.sort()
             if events and await self._audited():
                 await store.log_lifecycle(events)
         return report
+
+    async def _each(self, coros: builtins.list[Coroutine[Any, Any, bool]]
+                    ) -> builtins.list[bool]:
+        """Run `coros` together (one after the other for a store that never suspends), all
+        to their end; the first error is raised after."""
+        if self._store.inline:
+            return [await c for c in coros]
+        results = await asyncio.gather(*coros, return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return [bool(r) for r in results]
 
     async def _sweep_thread(
         self,

@@ -7,8 +7,8 @@ run two at once or kill one halfway.
 
 TARGET is `sqlite:<path>`, `postgres:<schema>` or `redis:<key prefix>` (see `open_target`).
 `sweep` deletes every thread not written for IDLE seconds at time CLOCK; with PAUSE (seconds)
-it waits that long after each thread it deletes (the store's `expire_thread` is wrapped), so
-that a test can SIGKILL it mid-pass.
+it works on one thread at a time and waits that long after each thread it deletes (the store's
+`expire_thread` is wrapped), so that a test can SIGKILL it mid-pass.
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ def main(target: str, mode: str, *args: str) -> None:
             pause = float(args[3]) if len(args) > 3 else 0.0
             saver.clock = lambda: clock
             saver.retention = Retention(idle=idle)
+            if pause:  # one thread at a time, so that a kill lands between two of them
+                saver._sweep_in_flight = 1
             store: Any = saver._store
             expire = store.expire_thread
 
