@@ -4,10 +4,12 @@ Cluster, through redis.asyncio. See `layout.py` for the keys and `scripts.py` fo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import heapq
 import logging
 import math
+import secrets
 import threading
 import time
 from collections import OrderedDict, deque
@@ -24,6 +26,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ...core.codec import writes_order
 from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
 from ...core.perloop import PerLoop
+from ...core.retention import LifecycleEvent, ThreadState
 from ...core.rows import (
     AuditSwitch,
     BlobRow,
@@ -61,6 +64,7 @@ _SWEEP_STEP = 100  # index entries of each kind checked by one step
 _SEEN = 65536  # threads and runs this process remembers having indexed
 _LOST = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 CONNECT_TIMEOUT = 5.0  # seconds, unless client_options say otherwise
+LOCK_LEASE = 30.0  # seconds the sweep lock outlives a holder that stops renewing it (killed)
 
 
 class _Script:
@@ -73,6 +77,7 @@ _S = {name: _Script(getattr(scripts, name)) for name in (
     "PUT", "PUT_WRITES", "BATCH", "GET_TUPLE", "GET_ROW", "GET_BLOBS", "GET_WRITES", "GET_ANCESTORS",
     "PAGE", "FIND_RUNS", "DELETE_CHECKPOINTS", "DUMP", "LOAD", "DELETE_THREAD",
     "PIN", "TOUCH", "DEADLINE", "EXISTING", "REWRITE", "MIGRATIONS", "SIZES",
+    "POLICY", "STATE", "SET_IF_ROW", "EXPIRE", "LOCK_RENEW", "LOCK_RELEASE",
 )}
 _KINDS = {b"c": "checkpoint", b"b": "blob", b"w": "write"}
 
@@ -217,6 +222,10 @@ class RedisStore:
         self._runs_key = f"{prefix}:runs"
         self._layout_key = f"{prefix}:layout"
         self._audit_key = f"{prefix}:audit"
+        self._lifecycle_key = f"{prefix}:lifecycle"
+        self._lock_key = f"{prefix}:sweep-lock"
+        self.clock: Callable[[], float] = time.time
+        self.lock_lease = LOCK_LEASE
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._writes_since_sweep = 0
         self._runs_cursor = b"-"
@@ -306,13 +315,39 @@ class RedisStore:
             self._seen.popitem(last=False)
         return True
 
-    async def _index(self, thread_id: str, run_ids: Collection[str], *, force: bool = False) -> None:
+    async def _index(self, thread_id: str, run_ids: Collection[str], *, force: bool = False) -> bool:
+        """Index the thread and its runs (once per process, or again with `force`); whether
+        the thread's entry was added by this call."""
         hint = self._hint()
+        added = False
         if self._remember("t\0" + thread_id) or force:
             await self._command("ZADD", self._threads_key, hint, thread_id)
+            added = True
         for run in run_ids:
             if self._remember(f"r\0{run}\0{thread_id}") or force:
                 await self._command("ZADD", self._runs_key, 0, f"{run}\0{thread_id}")
+        return added
+
+    async def _indexed(self, thread_id: str, new: Any, added: bool) -> None:
+        """After a write: a write script reports a new lifecycle row (`new` == 1); unless this
+        call's `_index` just added the entry, add it again (another process may have dropped
+        it when the thread was deleted or expired, while this one still remembers it)."""
+        if new == 1 and not added:
+            await self._command("ZADD", self._threads_key, self._hint(), thread_id)
+            self._remember("t\0" + thread_id)
+
+    async def _unindex(self, thread_id: str) -> None:
+        """Drop a thread's index entry; if a write made the thread again meanwhile (its
+        writer may have added the entry just before the drop), put it back."""
+        await self._command("ZREM", self._threads_key, thread_id)
+        self._seen.pop("t\0" + thread_id, None)
+        if await self._command("EXISTS", self.keys(thread_id)[6]):
+            await self._command("ZADD", self._threads_key, self._hint(), thread_id)
+
+    @property
+    def _now(self) -> str:
+        """`clock()` as the scripts store it (the repr of the float)."""
+        return repr(float(self.clock()))
 
     async def _after_write(self, n: int = 1) -> None:
         """Count `n` writes; every `_SWEEP_EVERY` writes, start a step of the index sweep in the
@@ -333,7 +368,7 @@ class RedisStore:
 
     async def _background_sweep(self) -> None:
         try:
-            await self.sweep(_SWEEP_STEP)
+            await self.housekeep(_SWEEP_STEP)
         except Exception as exc:  # the entries are hints: the next step checks them again
             _log.debug("index sweep step failed: %r", exc)
 
@@ -350,23 +385,24 @@ class RedisStore:
         elif not loop.is_closed():
             loop.call_soon_threadsafe(task.cancel)
 
-    async def sweep(self, limit: int | None = None) -> int:
+    async def housekeep(self, limit: int | None = None) -> int:
         """Check index entries: threads whose deadline hint has passed, and the next `limit`
         run entries (a rolling pass; all of them when `limit` is None). Drop those whose
-        thread is gone, re-score live threads. Returns how many entries were dropped."""
+        thread is gone, re-score live threads. Returns how many entries were dropped. Runs
+        by itself every few hundred writes, and at the start of every sweep pass."""
         dropped = 0
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000)  # Redis's own expiry runs on real time
         args: list[Any] = ["ZRANGEBYSCORE", self._threads_key, "-inf", now]
         if limit is not None:
             args += ["LIMIT", 0, limit]
         for member in await self._command(*args):
             tid = _s(member)
             keys = self.keys(tid)
-            # A thread whose checkpoints are all deleted may keep its migration log.
-            deadline = await self._call("DEADLINE", (keys[0], keys[7]), [])
+            # A thread whose checkpoints are all deleted may keep its migration log and its
+            # lifecycle row; a row made by a pin may come before any checkpoint.
+            deadline = await self._call("DEADLINE", (keys[0], keys[7], keys[6]), [])
             if deadline == -2:
-                await self._command("ZREM", self._threads_key, member)
-                self._seen.pop("t\0" + tid, None)
+                await self._unindex(tid)
                 dropped += 1
             else:
                 score = "+inf" if deadline == -1 else str(deadline)
@@ -419,15 +455,17 @@ class RedisStore:
     async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
         tid, ns = row.thread_id, row.checkpoint_ns
         check_parts(ns, row.checkpoint_id, *(p for b in blobs for p in (b.channel, b.version)))
-        await self._index(tid, [row.run_id] if row.run_id else [])
+        added = await self._index(tid, [row.run_id] if row.run_id else [])
         packed = _pack_row(row)
         keys = self.keys(tid)
         fell_back: set[str] = set()
         while True:
             missing = await self._call(
-                "PUT", keys, [self._ttl_arg, ns, row.checkpoint_id, packed, *_pack_blobs(blobs)]
+                "PUT", keys,
+                [self._ttl_arg, self._now, ns, row.checkpoint_id, packed, *_pack_blobs(blobs)],
             )
-            if not missing:
+            if not isinstance(missing, list):
+                await self._indexed(tid, missing, added)
                 break
             # An append-delta's base is gone (pruned, expired, deleted elsewhere): store
             # those values whole. Nothing was written by the refused call.
@@ -473,11 +511,11 @@ class RedisStore:
                     raise ValueError(f"write_batch takes one thread's items, not {tid!r} and {t!r}")
         if tid is None:
             return out  # nothing to store
-        await self._index(tid, runs)
+        added = await self._index(tid, runs)
         keys = self.keys(tid)
         kinds = "".join("w" if isinstance(e, bytes) else "c" for e in entries)
         while True:
-            args: list[Any] = [self._ttl_arg, kinds]
+            args: list[Any] = [self._ttl_arg, self._now, kinds]
             for e in entries:
                 if isinstance(e, bytes):
                     args.append(e)
@@ -485,7 +523,8 @@ class RedisStore:
                     row, packed, blobs, _ = e
                     args += [row.checkpoint_ns, row.checkpoint_id, packed, *_pack_blobs(blobs)]
             missing = await self._call("BATCH", keys, args)
-            if not missing:
+            if not isinstance(missing, list):
+                await self._indexed(tid, missing, added)
                 break
             # Nothing was written: store the deltas whose base is gone whole, and try again.
             gone: dict[int, set[str]] = {}
@@ -508,8 +547,11 @@ class RedisStore:
             check_parts(r.checkpoint_ns, r.checkpoint_id, r.task_id)
             by_thread.setdefault(r.thread_id, []).append(r)
         for tid, group in by_thread.items():
-            await self._index(tid, ())
-            await self._call("PUT_WRITES", self.keys(tid), [self._ttl_arg, _pack_writes(group)])
+            added = await self._index(tid, ())
+            new = await self._call(
+                "PUT_WRITES", self.keys(tid), [self._ttl_arg, self._now, _pack_writes(group)]
+            )
+            await self._indexed(tid, new, added)
         await self._after_write()
 
     async def rewrite_checkpoint(
@@ -571,8 +613,7 @@ class RedisStore:
 
     async def delete_thread(self, thread_id: str) -> None:
         await self._call("DELETE_THREAD", self.keys(thread_id), [])
-        await self._command("ZREM", self._threads_key, thread_id)
-        self._seen.pop("t\0" + thread_id, None)
+        await self._unindex(thread_id)
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         # Rows, blobs and writes; not the migration log (the copy was not migrated itself).
@@ -583,7 +624,7 @@ class RedisStore:
         await self._index(target_thread_id, runs, force=True)
         await self._call(
             "LOAD", self.keys(target_thread_id),
-            [self._ttl_arg, len(rows) // 2, len(blobs) // 2, *rows, *blobs, *writes],
+            [self._ttl_arg, self._now, len(rows) // 2, len(blobs) // 2, *rows, *blobs, *writes],
         )
 
     async def delete_checkpoints(
@@ -597,10 +638,150 @@ class RedisStore:
             args += [ns, cid]
         await self._call("DELETE_CHECKPOINTS", self.keys(thread_id), args)
 
-    async def pin(self, thread_id: str, pinned: bool) -> None:
-        await self._call("PIN", self.keys(thread_id), ["1" if pinned else "", self._ttl_arg])
-        if pinned:
-            await self._index(thread_id, (), force=True)
+    # -- the thread lifecycle ------------------------------------------------------------------
+    #
+    # A thread's lifecycle row is its meta hash: gen (raised by every write script), created,
+    # written (set by the same scripts, `now` = clock() passed in), read, pinned, policy,
+    # swept. Rows of threads written before these fields existed get created = written = the
+    # time a sweep (or `thread_state`) first looks at them (STATE).
+
+    async def thread_states(
+        self, cursor: str | None, limit: int
+    ) -> tuple[list[ThreadState], str | None]:
+        """A page of the thread index, walked with ZSCAN (no entry present throughout the
+        walk is missed, whatever is added or dropped meanwhile). The cursor is ZSCAN's plus
+        the last id returned of that step's batch (a step may return more than `limit`; its
+        batch, sorted, is resumed after that id). Entries whose thread is gone (a native TTL)
+        are dropped from the index."""
+        scan, _, after = (cursor or "0\0").partition("\0")
+        out: list[ThreadState] = []
+        while True:
+            nxt, members = await self._command(
+                "ZSCAN", self._threads_key, scan, "COUNT", max(limit, 10)
+            )
+            # redis-py pairs each member with its score; raw, they alternate.
+            names = (m[0] for m in members) if members and isinstance(members[0], tuple | list) \
+                else members[::2]
+            batch = sorted({_s(m) for m in names})
+            if after:
+                batch = [t for t in batch if t > after]
+            room = limit - len(out)
+            take = batch[:room]
+            out += await self._states(take)
+            if len(batch) > room:  # this step's batch goes on at the next page
+                return out, f"{scan}\0{take[-1]}"
+            scan, after = (_s(nxt) if isinstance(nxt, bytes) else str(nxt)), ""
+            if scan == "0":
+                return out, None
+            if len(out) >= limit:
+                return out, f"{scan}\0"
+
+    async def _states(self, thread_ids: Sequence[str]) -> list[ThreadState]:
+        """The rows of `thread_ids` (one pipeline of STATE calls); the index entries of those
+        without one are dropped."""
+        if not thread_ids:
+            return []
+        now = self._now
+        found = await self._pipeline_calls(
+            "STATE", [(self.keys(t)[6],) for t in thread_ids], [now])
+        out = []
+        for tid, fields in zip(thread_ids, found, strict=True):
+            if fields is None:
+                await self._unindex(tid)
+            else:
+                out.append(_state(tid, fields))
+        return out
+
+    async def _pipeline_calls(
+        self, name: str, keys: Sequence[Sequence[str]], args: Sequence[Any]
+    ) -> list[Any]:
+        """One script over many keys sets, in one pipeline (Redis Cluster: one per node);
+        calls the server did not have the script for are made again one by one."""
+        script = _S[name]
+
+        async def op(client: Client) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for k in keys:
+                pipe.evalsha(script.sha, len(k), *k, *args)
+            return list(await pipe.execute(raise_on_error=False))
+
+        results: list[Any] = await self._retrying(op)
+        for i, result in enumerate(results):
+            if isinstance(result, NoScriptError):
+                results[i] = await self._call(name, keys[i], args)
+            elif isinstance(result, Exception):
+                raise result
+        return results
+
+    async def thread_state(self, thread_id: str) -> ThreadState | None:
+        fields = await self._call("STATE", (self.keys(thread_id)[6],), [self._now])
+        return None if fields is None else _state(thread_id, fields)
+
+    async def set_pinned(self, thread_id: str, pinned: bool) -> None:
+        """Pin: every key of the thread persists (no TTL); unpin: the TTL counts again from
+        now. Works before the thread's first write (its row is made then)."""
+        await self._call(
+            "PIN", self.keys(thread_id), ["1" if pinned else "", self._ttl_arg, self._now])
+        await self._index(thread_id, (), force=True)
+
+    async def set_policy(self, thread_id: str, policy: str | None) -> None:
+        await self._call(
+            "POLICY", self.keys(thread_id), [policy or "", self._ttl_arg, self._now])
+        await self._index(thread_id, (), force=True)
+
+    async def touch_thread(self, thread_id: str) -> None:
+        await self._call("SET_IF_ROW", (self.keys(thread_id)[6],), ["read", self._now])
+
+    async def expire_thread(self, thread_id: str, generation: int) -> bool:
+        """One script: every key of the thread goes if its gen is still `generation`; then
+        its thread index entry (its run index entries go at `housekeep`)."""
+        done = await self._call("EXPIRE", self.keys(thread_id), [generation])
+        if done:
+            await self._unindex(thread_id)
+        return bool(done)
+
+    async def mark_swept(self, thread_id: str, generation: int) -> None:
+        await self._call("SET_IF_ROW", (self.keys(thread_id)[6],), ["swept", generation])
+
+    @contextlib.asynccontextmanager
+    async def sweep_lock(self) -> AsyncIterator[bool]:
+        """`SET NX PX` of a random token, renewed every third of its lease while the pass
+        runs, released by compare-and-delete: a killed holder's lock lapses after the lease."""
+        token = secrets.token_hex(16)
+        lease = max(1, int(self.lock_lease * 1000))
+        if not await self._command("SET", self._lock_key, token, "NX", "PX", lease):
+            yield False
+            return
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(lease / 3000)
+                try:
+                    if not await self._call("LOCK_RENEW", (self._lock_key,), [token, lease]):
+                        _log.warning("the sweep lock lapsed during a pass")
+                        return
+                except Exception as exc:  # the next renewal tries again
+                    _log.debug("sweep lock renewal failed: %r", exc)
+
+        renewing = asyncio.ensure_future(renew())
+        try:
+            yield True
+        finally:
+            renewing.cancel()
+            await asyncio.wait([renewing])
+            await self._call("LOCK_RELEASE", (self._lock_key,), [token])
+
+    async def log_lifecycle(self, events: Sequence[LifecycleEvent]) -> None:
+        if events:
+            await self._command("RPUSH", self._lifecycle_key, *(_pack_event(e) for e in events))
+
+    async def read_lifecycle(self, thread: str | None = None) -> list[LifecycleEvent]:
+        found = await self._command("LRANGE", self._lifecycle_key, 0, -1)
+        events = [_event(bytes(e)) for e in found or ()]
+        return [e for e in events if thread in (None, e.thread)]
+
+    async def vacuum(self) -> tuple[int, int]:
+        return 0, 0  # Redis gives a deleted key's memory back by itself
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -785,6 +966,35 @@ class RedisStore:
         client passed in stays the caller's)."""
         await self._stop_sweep()
         await self._clients.close()
+
+
+def _num(value: bytes | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _state(thread_id: str, fields: Sequence[bytes | None]) -> ThreadState:
+    """A lifecycle row from STATE's answer."""
+    created, written, read, gen, pinned, policy, swept = fields
+    return ThreadState(
+        thread_id,
+        created_at=float(created or 0),
+        written_at=float(written or 0),
+        read_at=_num(read),
+        generation=int(gen or 0),
+        pinned=bool(pinned),
+        policy=None if policy is None else _s(policy),
+        swept=None if swept is None else int(swept),
+    )
+
+
+def _pack_event(e: LifecycleEvent) -> bytes:
+    return b"\0".join((_b(repr(float(e.at))), _b(e.action), _b(e.thread),
+                       b"%d" % e.checkpoints, _b(e.reason)))
+
+
+def _event(entry: bytes) -> LifecycleEvent:
+    at, action, thread, n, reason = entry.split(b"\0", 4)
+    return LifecycleEvent(float(at), _s(action), _s(thread), int(n), _s(reason))
 
 
 def _check_client(client: Client) -> None:
