@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import hashlib
 import heapq
+import json
 import logging
 import math
 import secrets
@@ -64,6 +65,9 @@ _SWEEP_STEP = 100  # index entries of each kind checked by one step
 _SEEN = 65536  # threads and runs this process remembers having indexed
 _LOST = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 CONNECT_TIMEOUT = 5.0  # seconds, unless client_options say otherwise
+# The meta fields a lifecycle row is read from (`exp`, `pinned`, `gen`: a row of any age
+# has one of them, so a row with every field nil is no row).
+_ROW_FIELDS = ("created", "written", "read", "gen", "pinned", "policy", "swept", "exp")
 LOCK_LEASE = 30.0  # seconds the sweep lock outlives a holder that stops renewing it (killed)
 
 
@@ -649,69 +653,61 @@ class RedisStore:
         self, cursor: str | None, limit: int
     ) -> tuple[list[ThreadState], str | None]:
         """A page of the thread index, walked with ZSCAN (no entry present throughout the
-        walk is missed, whatever is added or dropped meanwhile). The cursor is ZSCAN's plus
-        the last id returned of that step's batch (a step may return more than `limit`; its
-        batch, sorted, is resumed after that id). Entries whose thread is gone (a native TTL)
-        are dropped from the index."""
-        scan, _, after = (cursor or "0\0").partition("\0")
+        walk is missed, whatever is added or dropped meanwhile; one may come twice). A ZSCAN
+        step may return more than `limit` entries: those left over travel in the cursor
+        (JSON: ZSCAN's cursor and the ids still to read), never re-asked of the server.
+        Entries whose thread is gone (a native TTL) are dropped from the index."""
+        if cursor is None:
+            scan, pending, started = "0", [], False
+        else:
+            scan, pending = json.loads(cursor)
+            started = True
         out: list[ThreadState] = []
         while True:
+            if pending:
+                take, pending = pending[:limit - len(out)], pending[limit - len(out):]
+                out += await self._states(take)
+                if pending:
+                    return out, json.dumps([scan, pending])
+            if started and scan == "0":
+                return out, None
+            if len(out) >= limit:
+                return out, json.dumps([scan, []])
             nxt, members = await self._command(
                 "ZSCAN", self._threads_key, scan, "COUNT", max(limit, 10)
             )
+            started = True
+            scan = _s(nxt) if isinstance(nxt, bytes) else str(nxt)
             # redis-py pairs each member with its score; raw, they alternate.
             names = (m[0] for m in members) if members and isinstance(members[0], tuple | list) \
                 else members[::2]
-            batch = sorted({_s(m) for m in names})
-            if after:
-                batch = [t for t in batch if t > after]
-            room = limit - len(out)
-            take = batch[:room]
-            out += await self._states(take)
-            if len(batch) > room:  # this step's batch goes on at the next page
-                return out, f"{scan}\0{take[-1]}"
-            scan, after = (_s(nxt) if isinstance(nxt, bytes) else str(nxt)), ""
-            if scan == "0":
-                return out, None
-            if len(out) >= limit:
-                return out, f"{scan}\0"
+            pending = sorted({_s(m) for m in names})
 
     async def _states(self, thread_ids: Sequence[str]) -> list[ThreadState]:
-        """The rows of `thread_ids` (one pipeline of STATE calls); the index entries of those
-        without one are dropped."""
+        """The rows of `thread_ids`: one pipeline of HMGETs (Redis Cluster: one per node, in
+        parallel); a row from before the lifecycle fields is stamped by STATE. The index
+        entries of threads without a row are dropped."""
         if not thread_ids:
             return []
-        now = self._now
-        found = await self._pipeline_calls(
-            "STATE", [(self.keys(t)[6],) for t in thread_ids], [now])
+
+        async def op(client: Client) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for t in thread_ids:
+                pipe.hmget(self.keys(t)[6], *_ROW_FIELDS)
+            return list(await pipe.execute())
+
+        found: list[Any] = await self._retrying(op)
         out = []
         for tid, fields in zip(thread_ids, found, strict=True):
+            if fields[0] is None or fields[1] is None:
+                # no row (every field nil: the keys are gone), or a row without its times
+                fields = None if all(f is None for f in fields) else await self._call(
+                    "STATE", (self.keys(tid)[6],), [self._now])
             if fields is None:
                 await self._unindex(tid)
             else:
                 out.append(_state(tid, fields))
         return out
-
-    async def _pipeline_calls(
-        self, name: str, keys: Sequence[Sequence[str]], args: Sequence[Any]
-    ) -> list[Any]:
-        """One script over many keys sets, in one pipeline (Redis Cluster: one per node);
-        calls the server did not have the script for are made again one by one."""
-        script = _S[name]
-
-        async def op(client: Client) -> list[Any]:
-            pipe = client.pipeline(transaction=False)
-            for k in keys:
-                pipe.evalsha(script.sha, len(k), *k, *args)
-            return list(await pipe.execute(raise_on_error=False))
-
-        results: list[Any] = await self._retrying(op)
-        for i, result in enumerate(results):
-            if isinstance(result, NoScriptError):
-                results[i] = await self._call(name, keys[i], args)
-            elif isinstance(result, Exception):
-                raise result
-        return results
 
     async def thread_state(self, thread_id: str) -> ThreadState | None:
         fields = await self._call("STATE", (self.keys(thread_id)[6],), [self._now])
@@ -974,7 +970,7 @@ def _num(value: bytes | None) -> float | None:
 
 def _state(thread_id: str, fields: Sequence[bytes | None]) -> ThreadState:
     """A lifecycle row from STATE's answer."""
-    created, written, read, gen, pinned, policy, swept = fields
+    created, written, read, gen, pinned, policy, swept = fields[:7]
     return ThreadState(
         thread_id,
         created_at=float(created or 0),
