@@ -254,9 +254,13 @@ def test_pins_persist_keys_under_ttl_and_unpin_restores_it(handle: SaverHandle) 
     cp: RedisCheckpointer = handle.inner
     cp.store.ttl_ms = 30_000
     client = handle.redis_client()
+    clock = Clock()
+    cp.clock = clock
     cp.pin("keep")  # before its first write: a row, pinned, with no TTL
+    clock.now += 5
     state = cp.thread_state("keep")
     assert state is not None and state.pinned and state.generation == 0
+    assert state.created_at == state.written_at == T0
     assert client.pttl(cp.store.keys("keep")[6]) == -1
     put(cp, "keep", 2)
     put(cp, "other")
