@@ -204,6 +204,8 @@ def test_the_sweeper_drops_index_entries_of_threads_gone_by_ttl(make: Any) -> No
     cp: RedisCheckpointer = h.saver
     client = h.redis_client()
     put(cp, "brief")
+    put(cp, "kept")
+    cp.pin("kept")  # its hint passes too, but its keys persist: re-scored, not dropped
     for _ in range(300):  # Redis's own expiry, real time (bounded)
         if not keys_of(client, cp, "brief"):
             break
@@ -211,7 +213,8 @@ def test_the_sweeper_drops_index_entries_of_threads_gone_by_ttl(make: Any) -> No
     assert keys_of(client, cp, "brief") == [] and indexed(client, h, "brief")
     time.sleep(0.05)  # the hint (taken before the write) is past as well
     report = cp.sweep()
-    assert report.examined == 0 and not indexed(client, h, "brief")
+    assert report.examined == 1 and report.pinned == 1 and not indexed(client, h, "brief")
+    assert client.zscore(f"{h.prefix}:threads", "kept") == float("inf")
     # without a TTL (no hint to pass): the walk over the index finds the keys gone
     h2 = make()
     cp2: RedisCheckpointer = h2.saver

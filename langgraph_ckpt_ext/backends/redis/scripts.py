@@ -446,20 +446,6 @@ if redis.call('EXISTS', KEYS[1]) == 1 then expire_all(ARGV[1]) end
 return 1
 """
 
-# The thread's deadline in ms (-1: none, -2: gone), for the thread index: that of the first
-# of KEYS that exists (the caller passes ix, mig and meta: a log, and the lifecycle row,
-# outlive the checkpoints; a row may come before them, made by a pin).
-DEADLINE = r"""
-local t = -2
-for i = 1, #KEYS do
-  t = redis.call('PTTL', KEYS[i])
-  if t ~= -2 then break end
-end
-if t < 0 then return t end
-local now = redis.call('TIME')
-return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + t
-"""
-
 # The thread's keys that exist.
 EXISTING = r"""
 local out = {}

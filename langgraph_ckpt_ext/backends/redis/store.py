@@ -62,6 +62,7 @@ class _Desc:
 _ATTEMPTS = 3
 _SWEEP_EVERY = 512  # writes between two steps of the thread-index sweep
 _SWEEP_STEP = 100  # index entries of each kind checked by one step
+_PIPELINED = 500  # index entries checked per pipeline by housekeeping
 _SEEN = 65536  # threads and runs this process remembers having indexed
 _LOST = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 CONNECT_TIMEOUT = 5.0  # seconds, unless client_options say otherwise
@@ -80,7 +81,7 @@ class _Script:
 _S = {name: _Script(getattr(scripts, name)) for name in (
     "PUT", "PUT_WRITES", "BATCH", "GET_TUPLE", "GET_ROW", "GET_BLOBS", "GET_WRITES", "GET_ANCESTORS",
     "PAGE", "FIND_RUNS", "DELETE_CHECKPOINTS", "DUMP", "LOAD", "DELETE_THREAD",
-    "PIN", "TOUCH", "DEADLINE", "EXISTING", "REWRITE", "MIGRATIONS", "SIZES",
+    "PIN", "TOUCH", "EXISTING", "REWRITE", "MIGRATIONS", "SIZES",
     "POLICY", "STATE", "SET_IF_ROW", "EXPIRE", "LOCK_RENEW", "LOCK_RELEASE",
 )}
 _KINDS = {b"c": "checkpoint", b"b": "blob", b"w": "write"}
@@ -340,13 +341,19 @@ class RedisStore:
             await self._command("ZADD", self._threads_key, self._hint(), thread_id)
             self._remember("t\0" + thread_id)
 
-    async def _unindex(self, thread_id: str) -> None:
-        """Drop a thread's index entry; if a write made the thread again meanwhile (its
-        writer may have added the entry just before the drop), put it back."""
-        await self._command("ZREM", self._threads_key, thread_id)
-        self._seen.pop("t\0" + thread_id, None)
-        if await self._command("EXISTS", self.keys(thread_id)[6]):
-            await self._command("ZADD", self._threads_key, self._hint(), thread_id)
+    async def _unindex(self, *thread_ids: str) -> None:
+        """Drop threads' index entries; if a write made one again meanwhile (its writer may
+        have added the entry just before the drop), put it back."""
+        if not thread_ids:
+            return
+        await self._command("ZREM", self._threads_key, *thread_ids)
+        for tid in thread_ids:
+            self._seen.pop("t\0" + tid, None)
+        there = await self._each("exists", [self.keys(t)[6] for t in thread_ids])
+        back = [p for t, n in zip(thread_ids, there, strict=True) if n
+                for p in (self._hint(), t)]
+        if back:
+            await self._command("ZADD", self._threads_key, *back)
 
     @property
     def _now(self) -> str:
@@ -399,35 +406,61 @@ class RedisStore:
         args: list[Any] = ["ZRANGEBYSCORE", self._threads_key, "-inf", now]
         if limit is not None:
             args += ["LIMIT", 0, limit]
-        for member in await self._command(*args):
-            tid = _s(member)
-            keys = self.keys(tid)
-            # A thread whose checkpoints are all deleted may keep its migration log and its
-            # lifecycle row; a row made by a pin may come before any checkpoint.
-            deadline = await self._call("DEADLINE", (keys[0], keys[7], keys[6]), [])
-            if deadline == -2:
-                await self._unindex(tid)
-                dropped += 1
-            else:
-                score = "+inf" if deadline == -1 else str(deadline)
-                await self._command("ZADD", self._threads_key, "XX", score, member)
+        members = [_s(m) for m in await self._command(*args)]
+        for first in range(0, len(members), _PIPELINED):
+            tids = members[first:first + _PIPELINED]
+            # The thread's deadline is that of its first key that exists: a thread whose
+            # checkpoints are all deleted may keep its migration log and its lifecycle row; a
+            # row made by a pin may come before any checkpoint. One pipeline per chunk.
+            ttls = await self._each("pttl", [
+                k for t in tids for k in (self.keys(t)[0], self.keys(t)[7], self.keys(t)[6])])
+            at = int(time.time() * 1000)
+            gone: list[str] = []
+            scores: list[Any] = []
+            for i, tid in enumerate(tids):
+                ttl = next((t for t in ttls[3 * i:3 * i + 3] if t != -2), -2)
+                if ttl == -2:
+                    gone.append(tid)
+                else:
+                    scores += ["+inf" if ttl == -1 else at + ttl, tid]
+            if scores:
+                await self._command("ZADD", self._threads_key, "XX", *scores)
+            await self._unindex(*gone)
+            dropped += len(gone)
         # Run entries are all scored 0 (they are read by lexical range): walk them in turn.
         start = self._runs_cursor if limit is not None else b"-"
         while True:
-            members = await self._command(
-                "ZRANGEBYLEX", self._runs_key, start, "+", "LIMIT", 0, limit or 500
+            runs = await self._command(
+                "ZRANGEBYLEX", self._runs_key, start, "+", "LIMIT", 0, limit or _PIPELINED
             )
-            for member in members:
-                tid = _s(member.split(b"\0", 1)[1])
-                if await self._call("DEADLINE", self.keys(tid)[:1], []) == -2:
-                    await self._command("ZREM", self._runs_key, member)
-                    self._seen.pop("r\0" + _s(member), None)
-                    dropped += 1
-            start = b"(" + members[-1] if len(members) == (limit or 500) else b"-"
+            there = await self._each(
+                "exists", [self.keys(_s(m.split(b"\0", 1)[1]))[0] for m in runs])
+            dead = [m for m, n in zip(runs, there, strict=True) if not n]
+            if dead:
+                await self._command("ZREM", self._runs_key, *dead)
+                for m in dead:
+                    self._seen.pop("r\0" + _s(m), None)
+                dropped += len(dead)
+            start = b"(" + runs[-1] if len(runs) == (limit or _PIPELINED) else b"-"
             if limit is not None or start == b"-":
                 break
         self._runs_cursor = start
         return dropped
+
+    async def _each(self, command: str, keys: Sequence[str]) -> list[Any]:
+        """One single-key command on each of `keys`, in one pipeline (Redis Cluster: one per
+        node, in parallel)."""
+        if not keys:
+            return []
+
+        async def op(client: Client) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for k in keys:
+                getattr(pipe, command)(k)
+            return list(await pipe.execute())
+
+        found: list[Any] = await self._retrying(op)
+        return found
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -698,15 +731,17 @@ class RedisStore:
 
         found: list[Any] = await self._retrying(op)
         out = []
+        gone = []
         for tid, fields in zip(thread_ids, found, strict=True):
             if fields[0] is None or fields[1] is None:
                 # no row (every field nil: the keys are gone), or a row without its times
                 fields = None if all(f is None for f in fields) else await self._call(
                     "STATE", (self.keys(tid)[6],), [self._now])
             if fields is None:
-                await self._unindex(tid)
+                gone.append(tid)
             else:
                 out.append(_state(tid, fields))
+        await self._unindex(*gone)
         return out
 
     async def thread_state(self, thread_id: str) -> ThreadState | None:
