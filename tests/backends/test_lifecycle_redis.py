@@ -245,6 +245,10 @@ def test_a_thread_another_process_deleted_is_indexed_again_at_its_next_write(
         other.delete_thread("u")
         writer.put_writes(config, [("items", [1])], "task")  # pending writes alone
         assert indexed(client, h, "u")
+        # a sweeper that found "u" gone drops its entry just after a write made it again
+        # (whose writer had added the entry already): the entry is put back
+        other.run_sync(other.store._unindex("u"))
+        assert indexed(client, h, "u")
     finally:
         other.close()
         client.close()
