@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -10,6 +11,7 @@ from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.bridge import Bridge
 from ...core.errors import require
 from ...core.opening import Opening, set_up
+from ...core.retention import Retention
 from ...core.saver import loading_serde
 from ...core.urls import parse_url, redact
 from ...migrations import SchemaChain
@@ -31,11 +33,19 @@ class RedisCheckpointer(Checkpointer):
     With `ttl`, every write gives all of the thread's keys one deadline, so a thread expires
     whole; `pin()` exempts a thread.
 
+    Two ways to let threads go, which can be used together: `ttl` is Redis's own expiry of
+    the keys (no sweeper needed, idle time since the last write only, the thread deleted
+    whole); `retention` is the sweeper's policy (`sweep`, or `sweep_every`), as on every
+    backend (idle or absolute age, a date, `keep_latest`, a history cap, per-thread
+    policies, paused threads spared). A sweep also drops the index entries of threads gone
+    by `ttl`. `pin()` exempts a thread from both.
+
     Args:
         conn: a URL (`redis://host:6379/0`, `rediss://...`) or a `redis.asyncio.Redis` /
             `redis.asyncio.cluster.RedisCluster` client the caller owns (created with
             `decode_responses=False`, the default; it stays open when the checkpointer closes).
-        ttl: seconds a thread lives after its last write (None: no expiry).
+        ttl: seconds a thread lives after its last write: Redis expires its keys (None: no
+            expiry).
         refresh_on_read: reading a thread (`get_tuple`, `list`) refreshes its TTL too.
         key_prefix: the first part of every key: separate apps or tenants on one server.
         cluster: a URL is a Redis Cluster (None: ask the server).
@@ -53,6 +63,10 @@ class RedisCheckpointer(Checkpointer):
         audit: turn auditing on for the store, recorded in it (every checkpointer writing to
             it then seals each checkpoint; False turns nothing off): see `verify`,
             `enable_audit` and `disable_audit`.
+        retention: the retention policy of threads without their own (`Retention`, or
+            LangGraph Platform's `checkpointer.ttl` mapping), applied by `sweep`: see there.
+            Independent of `ttl`.
+        sweep_every: seconds between background sweeps (None: sweep when asked).
         client_options: passed to `redis.asyncio.Redis.from_url` (or `RedisCluster.from_url`);
             `socket_connect_timeout` defaults to 5 s.
 
@@ -76,6 +90,8 @@ class RedisCheckpointer(Checkpointer):
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
         unsafe_allow_any_class: bool = False,
+        retention: Retention | Mapping[str, Any] | None = None,
+        sweep_every: float | None = None,
         **client_options: Any,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -98,6 +114,7 @@ class RedisCheckpointer(Checkpointer):
             store, serde=serde, snapshot_every=snapshot_every,
             append_log_bytes=append_log_bytes, bridge=bridge,
             schema_chain=schema_chain, audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
+            retention=retention, sweep_every=sweep_every,
         )
         if setup and not given:
             self._setup_or_close()
@@ -135,31 +152,9 @@ class RedisCheckpointer(Checkpointer):
         ms = self.store.ttl_ms
         return None if ms is None else ms / 1000
 
-    async def apin(self, thread_id: str) -> None:
-        """Exempt a thread from the TTL (it stays until deleted); works before its first write."""
-        await self.store.pin(str(thread_id), True)
-
-    def pin(self, thread_id: str) -> None:
-        self.run_sync(self.apin(thread_id))
-
-    async def aunpin(self, thread_id: str) -> None:
-        """Give a pinned thread the TTL again, counted from now."""
-        await self.store.pin(str(thread_id), False)
-
-    def unpin(self, thread_id: str) -> None:
-        self.run_sync(self.aunpin(thread_id))
-
     async def athread_keys(self, thread_id: str) -> list[str]:
         """The keys holding a thread (those that exist), e.g. for `MEMORY USAGE`."""
         return await self.store.existing_keys(str(thread_id))
 
     def thread_keys(self, thread_id: str) -> list[str]:
         return self.run_sync(self.athread_keys(thread_id))
-
-    async def asweep(self) -> int:
-        """Drop the index entries of threads that expired; returns how many. Runs by itself
-        every few hundred writes; call it to clean up at once."""
-        return await self.store.sweep()
-
-    def sweep(self) -> int:
-        return self.run_sync(self.asweep())

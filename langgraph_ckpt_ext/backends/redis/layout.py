@@ -7,7 +7,10 @@ hash slot (one node of a Redis Cluster) and each of its operations is one atomic
     <prefix>:{<thread>}:bl    hash  ns\\0channel\\0version -> blob (a value, or an append-delta)
     <prefix>:{<thread>}:wr    hash  ns\\0checkpoint_id\\0task_id\\0idx -> pending write
     <prefix>:{<thread>}:wx    zset  the fields of wr, so that one checkpoint's writes are a range
-    <prefix>:{<thread>}:meta  hash  gen (a write counter), pinned, exp (the keys have a TTL)
+    <prefix>:{<thread>}:meta  hash  gen (a write counter), pinned, exp (the keys have a TTL),
+                                    and the rest of the thread's lifecycle row: created (first
+                                    write), written (last write), read, policy, swept (times
+                                    are repr of the float; set by the write scripts)
     <prefix>:{<thread>}:mig   hash  ns\\0checkpoint_id\\0to_version -> from_version\\0migrated_at
                                     (the state-schema migration log; repr of the float)
     <prefix>:threads          zset  thread_id, scored by a deadline hint (ms; +inf: no TTL)
@@ -15,6 +18,9 @@ hash slot (one node of a Redis Cluster) and each of its operations is one atomic
     <prefix>:layout           the layout's version
     <prefix>:audit            list  enabled\\0repr(at)\\0reason: the store's audit log, newest last
                                     (the newest entry is the store's audit setting)
+    <prefix>:lifecycle        list  repr(at)\\0action\\0thread digest\\0checkpoints\\0reason: the
+                                    deletions recorded (erasures, sweeps), oldest first
+    <prefix>:sweep-lock       string  the token of the sweeper holding the lock (with a lease)
 
 `<thread>` is the thread id with every byte outside [A-Za-z0-9_.-] percent-encoded, so no
 thread id can close the hash tag early, reach another thread's keys, or be empty.
@@ -29,7 +35,9 @@ from ...core.errors import InvalidConfigError
 
 # `mig` (the migration log) and `audit` came after version 1 without a version bump: each is a
 # key of its own, which older data simply lacks (no log yet), and no older key changed its
-# encoding.
+# encoding. So did `lifecycle`, `sweep-lock` and meta's lifecycle fields: a meta hash without
+# `created`/`written` gets them (= now) when a sweep first reads it, so that an older thread's
+# age counts from then, never from a guess.
 LAYOUT_VERSION = 1
 # Scripts address the keys by position (KEYS[1] ix ... KEYS[7] meta, KEYS[8] mig): a new key
 # goes at the end, so that no script's index moves.

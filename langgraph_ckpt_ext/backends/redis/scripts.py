@@ -18,7 +18,8 @@ from __future__ import annotations
 
 # KEYS: 1 ix (zset "ns\0cid"), 2 ord (zset "cid\0ns"), 3 cp (hash "ns\0cid" -> row),
 # 4 bl (hash "ns\0ch\0ver" -> blob), 5 wr (hash "ns\0cid\0task\0idx" -> write),
-# 6 wx (zset of wr fields), 7 meta (hash: gen, pinned, exp), 8 mig (hash "ns\0cid\0to_version" ->
+# 6 wx (zset of wr fields), 7 meta (hash: gen, pinned, exp, and the lifecycle row: created,
+# written, read, policy, swept), 8 mig (hash "ns\0cid\0to_version" ->
 # migration). Whatever loops over KEYS (expire_all, DELETE_THREAD, EXISTING) covers mig too;
 # DUMP/LOAD leave it out: a copied thread starts with no migration log.
 _PRELUDE = r"""
@@ -38,6 +39,17 @@ local function expire_all(ttl)
     local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ttl)
     for i = 1, #KEYS do redis.call('PEXPIREAT', KEYS[i], at) end
   end
+end
+
+-- A write to the thread (`n` of them, one script): its lifecycle row in meta gets `created`
+-- (if missing) and `written` = now, and `gen` goes up by n. Returns 1 if the row is new (the
+-- caller indexes the thread again: another process may have dropped its index entry).
+local function wrote(now, n)
+  redis.call('HSETNX', KEYS[7], 'created', now)
+  local g = redis.call('HINCRBY', KEYS[7], 'gen', n)
+  redis.call('HSET', KEYS[7], 'written', now)
+  if g == n then return 1 end
+  return 0
 end
 
 local function split_row(row)
@@ -154,38 +166,40 @@ local function put_writes(packed)
 end
 """
 
-# ARGV: ttl_ms|'', ns, cid, row, heads, then one value per blob; heads is one string of
+# ARGV: ttl_ms|'', now, ns, cid, row, heads, then one value per blob; heads is one string of
 # `channel \0 version \0 base|'' \0` per blob (values stay separate arguments, so that Lua
 # never copies them). Returns the channels whose append-delta base is gone (nothing written
-# then), or {}.
+# then), or 1 if the thread's lifecycle row is new, else 0.
 PUT = _PRELUDE + r"""
-local ttl, ns, cid, row = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local missing, sets = plan_blobs(ns, ARGV[5], 6, nil)
+local ttl, now, ns, cid, row = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local missing, sets = plan_blobs(ns, ARGV[6], 7, nil)
 if #missing > 0 then return missing end
 put_checkpoint(ns, cid, row, sets)
-redis.call('HINCRBY', KEYS[7], 'gen', 1)
+local new = wrote(now, 1)
 expire_all(ttl)
-return {}
+return new
 """
 
-# ARGV: ttl_ms|'', writes: one string of records
-# `replace '1'|'0' \0 field length \0 field \0 value length \0 value`.
+# ARGV: ttl_ms|'', now, writes: one string of records
+# `replace '1'|'0' \0 field length \0 field \0 value length \0 value`. Returns 1 if the
+# thread's lifecycle row is new, else 0.
 PUT_WRITES = _PRELUDE + r"""
-put_writes(ARGV[2])
-redis.call('HINCRBY', KEYS[7], 'gen', 1)
+put_writes(ARGV[3])
+local new = wrote(ARGV[2], 1)
 expire_all(ARGV[1])
-return 1
+return new
 """
 
-# Several PUTs and PUT_WRITES of one thread, in order, as one: ARGV: ttl_ms|'', kinds (one
+# Several PUTs and PUT_WRITES of one thread, in order, as one: ARGV: ttl_ms|'', now, kinds (one
 # character per item: 'c' a checkpoint, 'w' writes), then each item's arguments: a checkpoint's
 # ns, cid, row, heads and one value per blob (as PUT), or one string of write records (as
 # PUT_WRITES). An append-delta's base may be a blob of an earlier item. If some base is gone,
 # nothing is written and the result is {item, channel, ...} (item: its 0-based position);
-# else every item is stored, `gen` counts one write per item, and the result is {}.
+# else every item is stored, `gen` counts one write per item, and the result is 1 if the
+# thread's lifecycle row is new, else 0.
 BATCH = _PRELUDE + r"""
-local kinds = ARGV[2]
-local plans, missing, made, a = {}, {}, {}, 3
+local kinds = ARGV[3]
+local plans, missing, made, a = {}, {}, {}, 4
 for k = 1, #kinds do
   if string.sub(kinds, k, k) == 'c' then
     local ns = ARGV[a]
@@ -204,9 +218,9 @@ for k = 1, #kinds do
   local p = plans[k]
   if type(p) == 'table' then put_checkpoint(p[1], p[2], p[3], p[4]) else put_writes(p) end
 end
-redis.call('HINCRBY', KEYS[7], 'gen', #kinds)
+local new = wrote(ARGV[2], #kinds)
 expire_all(ARGV[1])
-return {}
+return new
 """
 
 # ARGV: ns, cid|''. Returns false, or {cid, row, {ch, ver, blob, ...}, {field, write, ...}}.
@@ -293,7 +307,8 @@ return out
 # ARGV: n, then n x (ns, cid): the checkpoints to delete, with their writes; then every blob
 # that no remaining checkpoint reads (by its channel list, as GET_TUPLE reads them), directly
 # or as an append-delta base. One script: no write lands between the plan and the deletes,
-# however busy the thread. Returns how many blobs went.
+# however busy the thread. Returns how many blobs went. The lifecycle row stays as it is: a
+# history cut is no write (the sweeper records it with `swept`).
 DELETE_CHECKPOINTS = _PRELUDE + r"""
 local n = tonumber(ARGV[1])
 for i = 2, 1 + 2 * n, 2 do
@@ -327,7 +342,6 @@ end
 for i = 1, #dead, 1000 do
   redis.call('HDEL', KEYS[4], unpack(dead, i, math.min(i + 999, #dead)))
 end
-redis.call('HINCRBY', KEYS[7], 'gen', 1)
 return #dead
 """
 
@@ -336,11 +350,12 @@ DUMP = _PRELUDE + r"""
 return {redis.call('HGETALL', KEYS[3]), redis.call('HGETALL', KEYS[4]), redis.call('HGETALL', KEYS[5])}
 """
 
-# ARGV: ttl, n_rows, n_blobs, then rows (field, value), blobs (field, value), writes
-# (field, value). Rows and writes already there are kept, as put_writes keeps them.
+# ARGV: ttl, now, n_rows, n_blobs, then rows (field, value), blobs (field, value), writes
+# (field, value). Rows and writes already there are kept, as put_writes keeps them. A write
+# to the target: returns 1 if its lifecycle row is new, else 0.
 LOAD = _PRELUDE + r"""
-local n_rows, n_blobs = tonumber(ARGV[2]), tonumber(ARGV[3])
-local i = 4
+local n_rows, n_blobs = tonumber(ARGV[3]), tonumber(ARGV[4])
+local i = 5
 for _ = 1, n_rows do
   local f, row = ARGV[i], ARGV[i + 1]
   if redis.call('HSETNX', KEYS[3], f, row) == 1 then
@@ -355,9 +370,9 @@ while i < #ARGV do
   redis.call('ZADD', KEYS[6], 0, ARGV[i])
   i = i + 2
 end
-redis.call('HINCRBY', KEYS[7], 'gen', 1)
+local new = wrote(ARGV[2], 1)
 expire_all(ARGV[1])
-return 1
+return new
 """
 
 # ARGV: ttl, ns, cid, row, keep ('1': keep the stored row's channel list, the new row has
@@ -402,8 +417,20 @@ DELETE_THREAD = r"""
 return redis.call('DEL', unpack(KEYS))
 """
 
-# ARGV: '1' to pin | '' to unpin, ttl.
-PIN = _PRELUDE + r"""
+# The lifecycle row of a thread that has none yet (set_pinned, set_policy before the first
+# write): created = written = now, gen 0. Returns whether it was made.
+_NEW_ROW = r"""
+local function new_row(now)
+  if redis.call('EXISTS', KEYS[7]) == 1 then return false end
+  redis.call('HSET', KEYS[7], 'created', now, 'written', now, 'gen', 0)
+  return true
+end
+"""
+
+# ARGV: '1' to pin | '' to unpin, ttl, now. Pinned: every key persists; unpinned: the TTL
+# counts again from now. Makes the row if the thread has none.
+PIN = _PRELUDE + _NEW_ROW + r"""
+new_row(ARGV[3])
 if ARGV[1] == '1' then
   redis.call('HSET', KEYS[7], 'pinned', '1')
 else
@@ -417,19 +444,6 @@ return 1
 TOUCH = _PRELUDE + r"""
 if redis.call('EXISTS', KEYS[1]) == 1 then expire_all(ARGV[1]) end
 return 1
-"""
-
-# The thread's deadline in ms (-1: none, -2: gone), for the thread index: that of the first
-# of KEYS that exists (the caller passes ix, and mig: a log outlives the checkpoints).
-DEADLINE = r"""
-local t = -2
-for i = 1, #KEYS do
-  t = redis.call('PTTL', KEYS[i])
-  if t ~= -2 then break end
-end
-if t < 0 then return t end
-local now = redis.call('TIME')
-return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + t
 """
 
 # The thread's keys that exist.
@@ -482,4 +496,61 @@ for _, key in ipairs(order) do
   for i = 1, 5 do out[#out + 1] = a[i] end
 end
 return out
+"""
+
+# ARGV: policy | '' (none: the checkpointer's), ttl, now. Makes the row if the thread has none
+# (with the TTL a write would give it, so that a row alone does not outlive it).
+POLICY = _PRELUDE + _NEW_ROW + r"""
+local made = new_row(ARGV[3])
+if ARGV[1] == '' then
+  redis.call('HDEL', KEYS[7], 'policy')
+else
+  redis.call('HSET', KEYS[7], 'policy', ARGV[1])
+end
+if made then expire_all(ARGV[2]) end
+return 1
+"""
+
+# KEYS: meta. ARGV: now. The lifecycle row {created, written, read, gen, pinned, policy,
+# swept}, or false if the thread has none. A row written before the lifecycle fields existed
+# gets them now (created = written = now: its age counts from the first look, never less).
+STATE = r"""
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+redis.call('HSETNX', KEYS[1], 'created', ARGV[1])
+redis.call('HSETNX', KEYS[1], 'written', ARGV[1])
+return redis.call('HMGET', KEYS[1], 'created', 'written', 'read', 'gen', 'pinned', 'policy', 'swept')
+"""
+
+# KEYS: meta. ARGV: field, value. Sets a field of an existing row (a read's time, the swept
+# generation); never makes a row (a key without the thread's TTL would outlive it).
+SET_IF_ROW = r"""
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
+# ARGV: generation. Deletes every key of the thread if its row's gen is still that: 1; else 0.
+EXPIRE = r"""
+local g = redis.call('HGET', KEYS[7], 'gen')
+if not g then
+  if redis.call('EXISTS', KEYS[7]) == 0 then return 0 end
+  g = '0'
+end
+if g ~= ARGV[1] then return 0 end
+redis.call('DEL', unpack(KEYS))
+return 1
+"""
+
+# KEYS: the sweep lock. ARGV: token, lease (ms). Extends the lease if the token still holds it.
+LOCK_RENEW = r"""
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+# KEYS: the sweep lock. ARGV: token. Releases it if the token still holds it.
+LOCK_RELEASE = r"""
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
 """

@@ -4,10 +4,13 @@ Cluster, through redis.asyncio. See `layout.py` for the keys and `scripts.py` fo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import heapq
+import json
 import logging
 import math
+import secrets
 import threading
 import time
 from collections import OrderedDict, deque
@@ -24,6 +27,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ...core.codec import writes_order
 from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
 from ...core.perloop import PerLoop
+from ...core.retention import LifecycleEvent, ThreadState
 from ...core.rows import (
     AuditSwitch,
     BlobRow,
@@ -58,9 +62,14 @@ class _Desc:
 _ATTEMPTS = 3
 _SWEEP_EVERY = 512  # writes between two steps of the thread-index sweep
 _SWEEP_STEP = 100  # index entries of each kind checked by one step
+_PIPELINED = 500  # index entries checked per pipeline by housekeeping
 _SEEN = 65536  # threads and runs this process remembers having indexed
 _LOST = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
 CONNECT_TIMEOUT = 5.0  # seconds, unless client_options say otherwise
+# The meta fields a lifecycle row is read from (`exp`, `pinned`, `gen`: a row of any age
+# has one of them, so a row with every field nil is no row).
+_ROW_FIELDS = ("created", "written", "read", "gen", "pinned", "policy", "swept", "exp")
+LOCK_LEASE = 30.0  # seconds the sweep lock outlives a holder that stops renewing it (killed)
 
 
 class _Script:
@@ -72,7 +81,8 @@ class _Script:
 _S = {name: _Script(getattr(scripts, name)) for name in (
     "PUT", "PUT_WRITES", "BATCH", "GET_TUPLE", "GET_ROW", "GET_BLOBS", "GET_WRITES", "GET_ANCESTORS",
     "PAGE", "FIND_RUNS", "DELETE_CHECKPOINTS", "DUMP", "LOAD", "DELETE_THREAD",
-    "PIN", "TOUCH", "DEADLINE", "EXISTING", "REWRITE", "MIGRATIONS", "SIZES",
+    "PIN", "TOUCH", "EXISTING", "REWRITE", "MIGRATIONS", "SIZES",
+    "POLICY", "STATE", "SET_IF_ROW", "EXPIRE", "LOCK_RENEW", "LOCK_RELEASE",
 )}
 _KINDS = {b"c": "checkpoint", b"b": "blob", b"w": "write"}
 
@@ -217,6 +227,10 @@ class RedisStore:
         self._runs_key = f"{prefix}:runs"
         self._layout_key = f"{prefix}:layout"
         self._audit_key = f"{prefix}:audit"
+        self._lifecycle_key = f"{prefix}:lifecycle"
+        self._lock_key = f"{prefix}:sweep-lock"
+        self.clock: Callable[[], float] = time.time
+        self.lock_lease = LOCK_LEASE
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._writes_since_sweep = 0
         self._runs_cursor = b"-"
@@ -306,13 +320,45 @@ class RedisStore:
             self._seen.popitem(last=False)
         return True
 
-    async def _index(self, thread_id: str, run_ids: Collection[str], *, force: bool = False) -> None:
+    async def _index(self, thread_id: str, run_ids: Collection[str], *, force: bool = False) -> bool:
+        """Index the thread and its runs (once per process, or again with `force`); whether
+        the thread's entry was added by this call."""
         hint = self._hint()
+        added = False
         if self._remember("t\0" + thread_id) or force:
             await self._command("ZADD", self._threads_key, hint, thread_id)
+            added = True
         for run in run_ids:
             if self._remember(f"r\0{run}\0{thread_id}") or force:
                 await self._command("ZADD", self._runs_key, 0, f"{run}\0{thread_id}")
+        return added
+
+    async def _indexed(self, thread_id: str, new: Any, added: bool) -> None:
+        """After a write: a write script reports a new lifecycle row (`new` == 1); unless this
+        call's `_index` just added the entry, add it again (another process may have dropped
+        it when the thread was deleted or expired, while this one still remembers it)."""
+        if new == 1 and not added:
+            await self._command("ZADD", self._threads_key, self._hint(), thread_id)
+            self._remember("t\0" + thread_id)
+
+    async def _unindex(self, *thread_ids: str) -> None:
+        """Drop threads' index entries; if a write made one again meanwhile (its writer may
+        have added the entry just before the drop), put it back."""
+        if not thread_ids:
+            return
+        await self._command("ZREM", self._threads_key, *thread_ids)
+        for tid in thread_ids:
+            self._seen.pop("t\0" + tid, None)
+        there = await self._each("exists", [self.keys(t)[6] for t in thread_ids])
+        back = [p for t, n in zip(thread_ids, there, strict=True) if n
+                for p in (self._hint(), t)]
+        if back:
+            await self._command("ZADD", self._threads_key, *back)
+
+    @property
+    def _now(self) -> str:
+        """`clock()` as the scripts store it (the repr of the float)."""
+        return repr(float(self.clock()))
 
     async def _after_write(self, n: int = 1) -> None:
         """Count `n` writes; every `_SWEEP_EVERY` writes, start a step of the index sweep in the
@@ -333,7 +379,7 @@ class RedisStore:
 
     async def _background_sweep(self) -> None:
         try:
-            await self.sweep(_SWEEP_STEP)
+            await self.housekeep(_SWEEP_STEP)
         except Exception as exc:  # the entries are hints: the next step checks them again
             _log.debug("index sweep step failed: %r", exc)
 
@@ -350,44 +396,71 @@ class RedisStore:
         elif not loop.is_closed():
             loop.call_soon_threadsafe(task.cancel)
 
-    async def sweep(self, limit: int | None = None) -> int:
+    async def housekeep(self, limit: int | None = None) -> int:
         """Check index entries: threads whose deadline hint has passed, and the next `limit`
         run entries (a rolling pass; all of them when `limit` is None). Drop those whose
-        thread is gone, re-score live threads. Returns how many entries were dropped."""
+        thread is gone, re-score live threads. Returns how many entries were dropped. Runs
+        by itself every few hundred writes, and at the start of every sweep pass."""
         dropped = 0
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000)  # Redis's own expiry runs on real time
         args: list[Any] = ["ZRANGEBYSCORE", self._threads_key, "-inf", now]
         if limit is not None:
             args += ["LIMIT", 0, limit]
-        for member in await self._command(*args):
-            tid = _s(member)
-            keys = self.keys(tid)
-            # A thread whose checkpoints are all deleted may keep its migration log.
-            deadline = await self._call("DEADLINE", (keys[0], keys[7]), [])
-            if deadline == -2:
-                await self._command("ZREM", self._threads_key, member)
-                self._seen.pop("t\0" + tid, None)
-                dropped += 1
-            else:
-                score = "+inf" if deadline == -1 else str(deadline)
-                await self._command("ZADD", self._threads_key, "XX", score, member)
+        members = [_s(m) for m in await self._command(*args)]
+        for first in range(0, len(members), _PIPELINED):
+            tids = members[first:first + _PIPELINED]
+            # The thread's deadline is that of its first key that exists: a thread whose
+            # checkpoints are all deleted may keep its migration log and its lifecycle row; a
+            # row made by a pin may come before any checkpoint. One pipeline per chunk.
+            ttls = await self._each("pttl", [
+                k for t in tids for k in (self.keys(t)[0], self.keys(t)[7], self.keys(t)[6])])
+            at = int(time.time() * 1000)
+            gone: list[str] = []
+            scores: list[Any] = []
+            for i, tid in enumerate(tids):
+                ttl = next((t for t in ttls[3 * i:3 * i + 3] if t != -2), -2)
+                if ttl == -2:
+                    gone.append(tid)
+                else:
+                    scores += ["+inf" if ttl == -1 else at + ttl, tid]
+            if scores:
+                await self._command("ZADD", self._threads_key, "XX", *scores)
+            await self._unindex(*gone)
+            dropped += len(gone)
         # Run entries are all scored 0 (they are read by lexical range): walk them in turn.
         start = self._runs_cursor if limit is not None else b"-"
         while True:
-            members = await self._command(
-                "ZRANGEBYLEX", self._runs_key, start, "+", "LIMIT", 0, limit or 500
+            runs = await self._command(
+                "ZRANGEBYLEX", self._runs_key, start, "+", "LIMIT", 0, limit or _PIPELINED
             )
-            for member in members:
-                tid = _s(member.split(b"\0", 1)[1])
-                if await self._call("DEADLINE", self.keys(tid)[:1], []) == -2:
-                    await self._command("ZREM", self._runs_key, member)
-                    self._seen.pop("r\0" + _s(member), None)
-                    dropped += 1
-            start = b"(" + members[-1] if len(members) == (limit or 500) else b"-"
+            there = await self._each(
+                "exists", [self.keys(_s(m.split(b"\0", 1)[1]))[0] for m in runs])
+            dead = [m for m, n in zip(runs, there, strict=True) if not n]
+            if dead:
+                await self._command("ZREM", self._runs_key, *dead)
+                for m in dead:
+                    self._seen.pop("r\0" + _s(m), None)
+                dropped += len(dead)
+            start = b"(" + runs[-1] if len(runs) == (limit or _PIPELINED) else b"-"
             if limit is not None or start == b"-":
                 break
         self._runs_cursor = start
         return dropped
+
+    async def _each(self, command: str, keys: Sequence[str]) -> list[Any]:
+        """One single-key command on each of `keys`, in one pipeline (Redis Cluster: one per
+        node, in parallel)."""
+        if not keys:
+            return []
+
+        async def op(client: Client) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for k in keys:
+                getattr(pipe, command)(k)
+            return list(await pipe.execute())
+
+        found: list[Any] = await self._retrying(op)
+        return found
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -419,15 +492,17 @@ class RedisStore:
     async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
         tid, ns = row.thread_id, row.checkpoint_ns
         check_parts(ns, row.checkpoint_id, *(p for b in blobs for p in (b.channel, b.version)))
-        await self._index(tid, [row.run_id] if row.run_id else [])
+        added = await self._index(tid, [row.run_id] if row.run_id else [])
         packed = _pack_row(row)
         keys = self.keys(tid)
         fell_back: set[str] = set()
         while True:
             missing = await self._call(
-                "PUT", keys, [self._ttl_arg, ns, row.checkpoint_id, packed, *_pack_blobs(blobs)]
+                "PUT", keys,
+                [self._ttl_arg, self._now, ns, row.checkpoint_id, packed, *_pack_blobs(blobs)],
             )
-            if not missing:
+            if not isinstance(missing, list):
+                await self._indexed(tid, missing, added)
                 break
             # An append-delta's base is gone (pruned, expired, deleted elsewhere): store
             # those values whole. Nothing was written by the refused call.
@@ -473,11 +548,11 @@ class RedisStore:
                     raise ValueError(f"write_batch takes one thread's items, not {tid!r} and {t!r}")
         if tid is None:
             return out  # nothing to store
-        await self._index(tid, runs)
+        added = await self._index(tid, runs)
         keys = self.keys(tid)
         kinds = "".join("w" if isinstance(e, bytes) else "c" for e in entries)
         while True:
-            args: list[Any] = [self._ttl_arg, kinds]
+            args: list[Any] = [self._ttl_arg, self._now, kinds]
             for e in entries:
                 if isinstance(e, bytes):
                     args.append(e)
@@ -485,7 +560,8 @@ class RedisStore:
                     row, packed, blobs, _ = e
                     args += [row.checkpoint_ns, row.checkpoint_id, packed, *_pack_blobs(blobs)]
             missing = await self._call("BATCH", keys, args)
-            if not missing:
+            if not isinstance(missing, list):
+                await self._indexed(tid, missing, added)
                 break
             # Nothing was written: store the deltas whose base is gone whole, and try again.
             gone: dict[int, set[str]] = {}
@@ -508,8 +584,11 @@ class RedisStore:
             check_parts(r.checkpoint_ns, r.checkpoint_id, r.task_id)
             by_thread.setdefault(r.thread_id, []).append(r)
         for tid, group in by_thread.items():
-            await self._index(tid, ())
-            await self._call("PUT_WRITES", self.keys(tid), [self._ttl_arg, _pack_writes(group)])
+            added = await self._index(tid, ())
+            new = await self._call(
+                "PUT_WRITES", self.keys(tid), [self._ttl_arg, self._now, _pack_writes(group)]
+            )
+            await self._indexed(tid, new, added)
         await self._after_write()
 
     async def rewrite_checkpoint(
@@ -571,8 +650,7 @@ class RedisStore:
 
     async def delete_thread(self, thread_id: str) -> None:
         await self._call("DELETE_THREAD", self.keys(thread_id), [])
-        await self._command("ZREM", self._threads_key, thread_id)
-        self._seen.pop("t\0" + thread_id, None)
+        await self._unindex(thread_id)
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         # Rows, blobs and writes; not the migration log (the copy was not migrated itself).
@@ -583,7 +661,7 @@ class RedisStore:
         await self._index(target_thread_id, runs, force=True)
         await self._call(
             "LOAD", self.keys(target_thread_id),
-            [self._ttl_arg, len(rows) // 2, len(blobs) // 2, *rows, *blobs, *writes],
+            [self._ttl_arg, self._now, len(rows) // 2, len(blobs) // 2, *rows, *blobs, *writes],
         )
 
     async def delete_checkpoints(
@@ -597,10 +675,144 @@ class RedisStore:
             args += [ns, cid]
         await self._call("DELETE_CHECKPOINTS", self.keys(thread_id), args)
 
-    async def pin(self, thread_id: str, pinned: bool) -> None:
-        await self._call("PIN", self.keys(thread_id), ["1" if pinned else "", self._ttl_arg])
-        if pinned:
-            await self._index(thread_id, (), force=True)
+    # -- the thread lifecycle ------------------------------------------------------------------
+    #
+    # A thread's lifecycle row is its meta hash: gen (raised by every write script), created,
+    # written (set by the same scripts, `now` = clock() passed in), read, pinned, policy,
+    # swept. Rows of threads written before these fields existed get created = written = the
+    # time a sweep (or `thread_state`) first looks at them (STATE).
+
+    async def thread_states(
+        self, cursor: str | None, limit: int
+    ) -> tuple[list[ThreadState], str | None]:
+        """A page of the thread index, walked with ZSCAN (no entry present throughout the
+        walk is missed, whatever is added or dropped meanwhile; one may come twice). A ZSCAN
+        step may return more than `limit` entries: those left over travel in the cursor
+        (JSON: ZSCAN's cursor and the ids still to read), never re-asked of the server.
+        Entries whose thread is gone (a native TTL) are dropped from the index."""
+        if cursor is None:
+            scan, pending, started = "0", [], False
+        else:
+            scan, pending = json.loads(cursor)
+            started = True
+        out: list[ThreadState] = []
+        while True:
+            if pending:
+                take, pending = pending[:limit - len(out)], pending[limit - len(out):]
+                out += await self._states(take)
+                if pending:
+                    return out, json.dumps([scan, pending])
+            if started and scan == "0":
+                return out, None
+            if len(out) >= limit:
+                return out, json.dumps([scan, []])
+            nxt, members = await self._command(
+                "ZSCAN", self._threads_key, scan, "COUNT", max(limit, 10)
+            )
+            started = True
+            scan = _s(nxt) if isinstance(nxt, bytes) else str(nxt)
+            # redis-py pairs each member with its score; raw, they alternate.
+            names = (m[0] for m in members) if members and isinstance(members[0], tuple | list) \
+                else members[::2]
+            pending = sorted({_s(m) for m in names})
+
+    async def _states(self, thread_ids: Sequence[str]) -> list[ThreadState]:
+        """The rows of `thread_ids`: one pipeline of HMGETs (Redis Cluster: one per node, in
+        parallel); a row from before the lifecycle fields is stamped by STATE. The index
+        entries of threads without a row are dropped."""
+        if not thread_ids:
+            return []
+
+        async def op(client: Client) -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for t in thread_ids:
+                pipe.hmget(self.keys(t)[6], *_ROW_FIELDS)
+            return list(await pipe.execute())
+
+        found: list[Any] = await self._retrying(op)
+        out = []
+        gone = []
+        for tid, fields in zip(thread_ids, found, strict=True):
+            if fields[0] is None or fields[1] is None:
+                # no row (every field nil: the keys are gone), or a row without its times
+                fields = None if all(f is None for f in fields) else await self._call(
+                    "STATE", (self.keys(tid)[6],), [self._now])
+            if fields is None:
+                gone.append(tid)
+            else:
+                out.append(_state(tid, fields))
+        await self._unindex(*gone)
+        return out
+
+    async def thread_state(self, thread_id: str) -> ThreadState | None:
+        fields = await self._call("STATE", (self.keys(thread_id)[6],), [self._now])
+        return None if fields is None else _state(thread_id, fields)
+
+    async def set_pinned(self, thread_id: str, pinned: bool) -> None:
+        """Pin: every key of the thread persists (no TTL); unpin: the TTL counts again from
+        now. Works before the thread's first write (its row is made then)."""
+        await self._call(
+            "PIN", self.keys(thread_id), ["1" if pinned else "", self._ttl_arg, self._now])
+        await self._index(thread_id, (), force=True)
+
+    async def set_policy(self, thread_id: str, policy: str | None) -> None:
+        await self._call(
+            "POLICY", self.keys(thread_id), [policy or "", self._ttl_arg, self._now])
+        await self._index(thread_id, (), force=True)
+
+    async def touch_thread(self, thread_id: str) -> None:
+        await self._call("SET_IF_ROW", (self.keys(thread_id)[6],), ["read", self._now])
+
+    async def expire_thread(self, thread_id: str, generation: int) -> bool:
+        """One script: every key of the thread goes if its gen is still `generation`; then
+        its thread index entry (its run index entries go at `housekeep`)."""
+        done = await self._call("EXPIRE", self.keys(thread_id), [generation])
+        if done:
+            await self._unindex(thread_id)
+        return bool(done)
+
+    async def mark_swept(self, thread_id: str, generation: int) -> None:
+        await self._call("SET_IF_ROW", (self.keys(thread_id)[6],), ["swept", generation])
+
+    @contextlib.asynccontextmanager
+    async def sweep_lock(self) -> AsyncIterator[bool]:
+        """`SET NX PX` of a random token, renewed every third of its lease while the pass
+        runs, released by compare-and-delete: a killed holder's lock lapses after the lease."""
+        token = secrets.token_hex(16)
+        lease = max(1, int(self.lock_lease * 1000))
+        if not await self._command("SET", self._lock_key, token, "NX", "PX", lease):
+            yield False
+            return
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(lease / 3000)
+                try:
+                    if not await self._call("LOCK_RENEW", (self._lock_key,), [token, lease]):
+                        _log.warning("the sweep lock lapsed during a pass")
+                        return
+                except Exception as exc:  # the next renewal tries again
+                    _log.debug("sweep lock renewal failed: %r", exc)
+
+        renewing = asyncio.ensure_future(renew())
+        try:
+            yield True
+        finally:
+            renewing.cancel()
+            await asyncio.wait([renewing])
+            await self._call("LOCK_RELEASE", (self._lock_key,), [token])
+
+    async def log_lifecycle(self, events: Sequence[LifecycleEvent]) -> None:
+        if events:
+            await self._command("RPUSH", self._lifecycle_key, *(_pack_event(e) for e in events))
+
+    async def read_lifecycle(self, thread: str | None = None) -> list[LifecycleEvent]:
+        found = await self._command("LRANGE", self._lifecycle_key, 0, -1)
+        events = [_event(bytes(e)) for e in found or ()]
+        return [e for e in events if thread in (None, e.thread)]
+
+    async def vacuum(self) -> tuple[int, int]:
+        return 0, 0  # Redis gives a deleted key's memory back by itself
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -785,6 +997,35 @@ class RedisStore:
         client passed in stays the caller's)."""
         await self._stop_sweep()
         await self._clients.close()
+
+
+def _num(value: bytes | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _state(thread_id: str, fields: Sequence[bytes | None]) -> ThreadState:
+    """A lifecycle row from STATE's answer."""
+    created, written, read, gen, pinned, policy, swept = fields[:7]
+    return ThreadState(
+        thread_id,
+        created_at=float(created or 0),
+        written_at=float(written or 0),
+        read_at=_num(read),
+        generation=int(gen or 0),
+        pinned=bool(pinned),
+        policy=None if policy is None else _s(policy),
+        swept=None if swept is None else int(swept),
+    )
+
+
+def _pack_event(e: LifecycleEvent) -> bytes:
+    return b"\0".join((_b(repr(float(e.at))), _b(e.action), _b(e.thread),
+                       b"%d" % e.checkpoints, _b(e.reason)))
+
+
+def _event(entry: bytes) -> LifecycleEvent:
+    at, action, thread, n, reason = entry.split(b"\0", 4)
+    return LifecycleEvent(float(at), _s(action), _s(thread), int(n), _s(reason))
 
 
 def _check_client(client: Client) -> None:
