@@ -153,7 +153,8 @@ def test_paused_threads_are_kept_unless_told(handle: SaverHandle) -> None:
 def test_pins_and_per_thread_policies(handle: SaverHandle) -> None:
     cp = handle.inner
     clock = clocked(handle, idle=60)
-    cp.pin("kept")  # before its first write
+    cp.pin("kept")  # before its first write: a thread with no checkpoint yet
+    assert cp.thread_ids() == [] and cp.thread_state("kept") is not None
     chat(cp, "kept")
     chat(cp, "own")
     cp.set_thread_retention("own", Retention(idle=3600))

@@ -878,8 +878,13 @@ class RedisStore:
         return out
 
     async def thread_ids(self) -> list[str]:
-        """Every thread id in the thread index, sorted (some may have just expired)."""
-        return sorted(_s(m) for m in await self._command("ZRANGE", self._threads_key, 0, -1))
+        """Every thread id of the index that holds a checkpoint now, sorted (the index also
+        names threads pinned before their first write, and threads gone by TTL until
+        housekeeping drops them)."""
+        ids = sorted(_s(m) for m in await self._command("ZRANGE", self._threads_key, 0, -1))
+        found = [await self._each("exists", [self.keys(t)[0] for t in ids[i:i + _PIPELINED]])
+                 for i in range(0, len(ids), _PIPELINED)]
+        return [t for t, n in zip(ids, (n for chunk in found for n in chunk), strict=True) if n]
 
     async def sizes(self, thread_id: str) -> list[StoredSize]:
         flat = await self._call("SIZES", self.keys(thread_id), [])
