@@ -96,14 +96,15 @@ def _prune(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "values still need); delete removes the threads. A thread paused for a human "
         "(awaiting human) is skipped unless --include-paused is given. --dry-run lists what "
         "would be removed and changes nothing. With --idle-for, --older-than or --keep (and "
-        "--all), the threads are chosen by their lifecycle rows, as one pass of `lgckpt sweep` "
-        "with that policy: those not written for --idle-for or since --older-than are pruned "
-        "with --strategy, and --keep N cuts every history to its newest N checkpoints; pinned "
-        "threads are left alone.",
+        "--all or named threads), the threads are chosen by their lifecycle rows, as one pass "
+        "of `lgckpt sweep` with that policy: those not written for --idle-for or since "
+        "--older-than are pruned with --strategy, and --keep N cuts each history to its newest "
+        "N checkpoints; pinned threads are left alone.",
         example="lgckpt prune --all --dry-run\n"
                 "lgckpt prune t-1 t-2 --strategy delete\n"
                 "lgckpt prune --all --idle-for 30d --strategy delete --dry-run\n"
-                "lgckpt prune --all --keep 10",
+                "lgckpt prune --all --keep 10\n"
+                "lgckpt prune t-1 t-2 --keep 3",
     )
     p.add_argument("threads", metavar="THREAD", nargs="*", help="the threads to prune")
     p.add_argument("--all", action="store_true", help="every thread of the store")
@@ -169,20 +170,20 @@ def run_prune(args: argparse.Namespace, out: Output) -> int:
 
 
 def _prune_by_policy(args: argparse.Namespace, out: Output, policy: Retention) -> int:
-    """`prune --all` with lifecycle options: a sweep pass with `policy` (its dry run first, for
-    the counts the table shows)."""
-    if args.threads or not args.all:
-        raise CliError("--idle-for, --older-than and --keep choose threads by their lifecycle "
-                       "rows, across the store: use them with --all (not with named threads)",
-                       USAGE)
+    """`prune` with lifecycle options: a sweep pass with `policy`, over the store or the named
+    threads (its dry run first, for the counts the table shows)."""
+    if bool(args.threads) == bool(args.all):
+        raise CliError("--idle-for, --older-than and --keep need the threads: name them, or "
+                       "give --all (not both)", USAGE)
     paused = True if args.include_paused else None
+    named = args.threads or None
     with open_saver(args.url, write=not args.dry_run, create=False, **serde_options(args)) as saver:
         saver.retention = policy
-        report = saver.sweep(dry_run=True, delete_paused=paused)
+        report = saver.sweep(dry_run=True, delete_paused=paused, threads=named)
         stored = {t: size_totals(saver.sizes(t))["checkpoints"]
                   for t in [*report.deleted, *report.trimmed, *report.paused]}
         if not args.dry_run and not report.locked_out:
-            report = saver.sweep(delete_paused=paused)
+            report = saver.sweep(delete_paused=paused, threads=named)
     if report.locked_out:
         raise CliError(f"{report} (retry when it is done)", BUSY)
     rows = []

@@ -15,12 +15,12 @@ import builtins
 import logging
 import threading
 from collections import OrderedDict, defaultdict
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
-from .config import check_id
+from .config import check_id, check_ids
 from .errors import InvalidConfigError, StoreBusyError
 from .filters import matches, validate_filter
 from .graph import INTERRUPT
@@ -193,7 +193,8 @@ class Lifecycle(Pruning):
     # -- sweeping -----------------------------------------------------------------------------
 
     def sweep(self, limit: int | None = None, *, dry_run: bool = False,
-              delete_paused: bool | None = None) -> SweepReport:
+              delete_paused: bool | None = None,
+              threads: Sequence[str] | None = None) -> SweepReport:
         """One pass of the retention policies over the store: expire threads (delete them or
         cut them to their latest checkpoint), cap histories at `keep`.
 
@@ -202,16 +203,20 @@ class Lifecycle(Pruning):
             dry_run: decide, report, change nothing.
             delete_paused: delete expired threads paused at an `interrupt()` too (default:
                 each policy's `delete_paused`, False unless set).
+            threads: look at these threads only (default: every thread of the store).
 
         Safe beside running graphs and other sweepers, in any process: a thread written
         while the pass looks at it is skipped (`busy`), never half deleted; on a store shared
         by processes one pass runs at a time (the others return `locked_out`).
         """
-        return self.run_sync(self.asweep(limit, dry_run=dry_run, delete_paused=delete_paused))
+        return self.run_sync(self.asweep(limit, dry_run=dry_run, delete_paused=delete_paused,
+                                         threads=threads))
 
     async def asweep(self, limit: int | None = None, *, dry_run: bool = False,
-                     delete_paused: bool | None = None) -> SweepReport:
-        return await self._sweep_pass(limit, dry_run, delete_paused, self._expire)
+                     delete_paused: bool | None = None,
+                     threads: Sequence[str] | None = None) -> SweepReport:
+        return await self._sweep_pass(limit, dry_run, delete_paused, self._expire,
+                                      threads=threads)
 
     async def _expire(self, thread_id: str, generation: int) -> bool:
         if await self._store.expire_thread(thread_id, generation):
@@ -226,11 +231,13 @@ class Lifecycle(Pruning):
         delete_paused: bool | None,
         expire: Callable[[str, int], Awaitable[bool]],
         trimmed: Callable[[str], Awaitable[None]] | None = None,
+        threads: Sequence[str] | None = None,
     ) -> SweepReport:
-        """A sweep pass; `expire(thread_id, generation)` deletes an expired thread if its
-        generation is unchanged, `trimmed(thread_id)` follows a history cut (a wrapper
-        passes its own, to replicate them)."""
+        """A sweep pass (of `threads` only, if given); `expire(thread_id, generation)` deletes
+        an expired thread if its generation is unchanged, `trimmed(thread_id)` follows a
+        history cut (a wrapper passes its own, to replicate them)."""
         check_limit(limit)
+        named = None if threads is None else check_ids(threads, "thread_id", required=True)
         store = self._store
         report = SweepReport(at=store.clock(), dry_run=dry_run)
         async with store.sweep_lock() as held:
@@ -242,7 +249,13 @@ class Lifecycle(Pruning):
             events: builtins.list[LifecycleEvent] = []
             changed, cursor = 0, None
             while not report.more:
-                states, cursor = await store.thread_states(cursor, _PAGE)
+                if named is None:
+                    states, cursor = await store.thread_states(cursor, _PAGE)
+                else:  # the named threads, a page at a time
+                    start = int(cursor or 0)
+                    rows = [await store.thread_state(t) for t in named[start:start + _PAGE]]
+                    states = [r for r in rows if r is not None]
+                    cursor = str(start + _PAGE) if start + _PAGE < len(named) else None
                 todo: builtins.list[tuple[ThreadState, Retention]] = []
                 for state in states:
                     if state.pinned:

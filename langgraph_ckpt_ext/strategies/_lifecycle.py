@@ -17,7 +17,7 @@ case, where it must not suspend; else it awaits (and calls only async methods).
 from __future__ import annotations
 
 import builtins
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from ..core.bridge import run_inline
@@ -59,12 +59,14 @@ def ours(saver: object, role: str, name: str) -> StoreCheckpointer:
 
 
 async def host_sweep(saver: object, role: str, sync: bool, limit: int | None, dry_run: bool,
-                     delete_paused: bool | None, wrap: ExpireWrap) -> SweepReport:
+                     delete_paused: bool | None, wrap: ExpireWrap,
+                     threads: Sequence[str] | None = None) -> SweepReport:
     """A sweep pass of `saver` (ours, or a wrapper of ours), its expiries wrapped by `wrap`."""
     if isinstance(saver, LifecycleForwarded):
-        return await saver._guarded_sweep(sync, limit, dry_run, delete_paused, wrap)
+        return await saver._guarded_sweep(sync, limit, dry_run, delete_paused, wrap, threads)
     cp = ours(saver, role, "sweep")
-    pass_ = cp._sweep_pass(limit, dry_run, delete_paused, wrap(cp._expire, sync and inline(cp)))
+    pass_ = cp._sweep_pass(limit, dry_run, delete_paused, wrap(cp._expire, sync and inline(cp)),
+                           threads=threads)
     return cp.run_sync(pass_) if sync else await pass_
 
 
@@ -95,7 +97,8 @@ class LifecycleForwarded(Forwarded):
         raise NotImplementedError
 
     async def _guarded_sweep(self, sync: bool, limit: int | None, dry_run: bool,
-                             delete_paused: bool | None, wrap: ExpireWrap) -> SweepReport:
+                             delete_paused: bool | None, wrap: ExpireWrap,
+                             threads: Sequence[str] | None = None) -> SweepReport:
         raise NotImplementedError
 
     async def _guarded_erase(self, sync: bool, where: Mapping[str, Any], dry_run: bool,
@@ -187,14 +190,17 @@ class LifecycleForwarded(Forwarded):
     # -- sweeping, erasure ---------------------------------------------------------------------
 
     def sweep(self, limit: int | None = None, *, dry_run: bool = False,
-              delete_paused: bool | None = None) -> SweepReport:
+              delete_paused: bool | None = None,
+              threads: Sequence[str] | None = None) -> SweepReport:
         """One pass of the retention policies (see `StoreCheckpointer.sweep`), through this
         wrapper: see its class for what it adds."""
-        return run_inline(self._guarded_sweep(True, limit, dry_run, delete_paused, no_wrap))
+        return run_inline(self._guarded_sweep(True, limit, dry_run, delete_paused, no_wrap,
+                                              threads))
 
     async def asweep(self, limit: int | None = None, *, dry_run: bool = False,
-                     delete_paused: bool | None = None) -> SweepReport:
-        return await self._guarded_sweep(False, limit, dry_run, delete_paused, no_wrap)
+                     delete_paused: bool | None = None,
+                     threads: Sequence[str] | None = None) -> SweepReport:
+        return await self._guarded_sweep(False, limit, dry_run, delete_paused, no_wrap, threads)
 
     def erase(self, where: Mapping[str, Any], *, dry_run: bool = False,
               reason: str = "") -> ErasureReport:

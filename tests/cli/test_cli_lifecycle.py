@@ -79,7 +79,7 @@ def test_bad_input_is_refused_before_the_store_is_opened(tmp_path: Path) -> None
         (("erase", "--where", "a=1", "--where", "a=2"), ("twice",)),
         (("erase", "--where", "a:=null", "--yes"), ("None",)),
         (("erase", "--where", "user_id=u-42"), ("--yes",)),  # stdin is no terminal
-        (("prune", "t-1", "--idle-for", "30d"), ("--all",)),
+        (("prune", "t-1", "--all", "--idle-for", "30d"), ("--all", "not both")),
         (("prune", "--idle-for", "30d"), ("--all",)),
     ]:
         run = lgckpt(*args, url=url)
@@ -142,6 +142,9 @@ def scenario(run: RunCli, snapshot: Callable[[], dict[str, list[str]]],
     assert set(plan) == {"old-1", "old-2", "paused-old"}  # keep_latest: cut, not deleted
     assert plan["old-1"]["status"] == "would remove" and plan["old-1"]["kept"] == 1
     assert plan["old-1"]["removed"] == len(before["old-1"]) - 1
+    named = run("prune", "old-2", "new", "nobody", "--older-than", "30d", "--dry-run",
+                "--json").json()
+    assert [r["thread_id"] for r in named] == ["old-2"]  # "new" is young, "nobody" unknown
     erase_plan = run("erase", "--where", "user_id=u-42", "--dry-run", "--json").json()
     assert erase_plan["threads"] == ["old-1"] and erase_plan["dry_run"] is True
     assert erase_plan["checkpoints"] == len(before["old-1"])

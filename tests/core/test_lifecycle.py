@@ -200,6 +200,19 @@ def test_limit_dry_run_and_reports(handle: SaverHandle) -> None:
     assert cp.thread_ids() == []
 
 
+def test_a_sweep_of_named_threads(handle: SaverHandle) -> None:
+    cp = handle.inner
+    clock = clocked(handle, idle=60)
+    for t in ("a", "b", "c"):
+        chat(cp, t)
+    clock.advance(61)
+    report = cp.sweep(threads=["c", "a", "unknown"])
+    assert report.deleted == ["a", "c"] and report.examined == 2
+    assert cp.thread_ids() == ["b"]
+    with pytest.raises(InvalidConfigError):
+        cp.sweep(threads=[""])
+
+
 def test_a_thread_written_since_it_was_read_is_not_expired(handle: SaverHandle) -> None:
     cp = handle.inner
     clock = clocked(handle, idle=60)

@@ -338,6 +338,23 @@ def test_replicated_idle_expiry_reaches_the_replicas(replicated: SaverHandle) ->
     assert all(not s.needs_repair for s in cp.status().replicas)
 
 
+def test_named_threads_swept_through_each_wrapper(smart: SaverHandle,
+                                                   replicated: SaverHandle) -> None:
+    for h in (smart, replicated):
+        cp = h.saver
+        clock = clocked(cp, idle=60)
+        for t in ("a", "b"):
+            chat(cp, t)
+        cp.flush(30) if h is replicated else cp.flush()
+        clock.advance(61)
+        assert cp.sweep(threads=["b"]).deleted == ["b"]
+        assert asyncio.run(cp.asweep(threads=["a"], dry_run=True)).deleted == ["a"]
+        assert h.inner.thread_ids() == ["a"]
+        if h is replicated:
+            assert cp.flush(30)
+            assert all(r.thread_ids() == ["a"] for r in replicas_of(h))
+
+
 def test_replicated_history_cut_is_the_primarys(replicated: SaverHandle) -> None:
     cp = replicated.saver
     clock = clocked(cp, keep=3)

@@ -4,7 +4,7 @@ primary's passes, with the hooks that make the replicas follow (see `lifecycle.p
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -72,12 +72,13 @@ class ReplicatedLifecycle(LifecycleForwarded):
         return ours(self.primary, "primary", name)
 
     async def _guarded_sweep(self, sync: bool, limit: int | None, dry_run: bool,
-                             delete_paused: bool | None, wrap: ExpireWrap) -> SweepReport:
+                             delete_paused: bool | None, wrap: ExpireWrap,
+                             threads: Sequence[str] | None = None) -> SweepReport:
         primary = self._primary_host("sweep")
         hook_sync = sync and inline(primary)
         expire = wrap(self._replicated_expire(primary._expire, hook_sync), hook_sync)
         pass_ = primary._sweep_pass(limit, dry_run, delete_paused, expire,
-                                    self._replicated_cut(primary, hook_sync))
+                                    self._replicated_cut(primary, hook_sync), threads)
         return primary.run_sync(pass_) if sync else await pass_
 
     def _replicated_expire(self, expire: Expire, sync: bool) -> Expire:

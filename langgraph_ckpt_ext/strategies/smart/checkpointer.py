@@ -358,9 +358,11 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, LifecycleForwarded
         await set_on(self.inner, sync, name, thread_id, *args)
 
     async def _guarded_sweep(self, sync: bool, limit: int | None, dry_run: bool,
-                             delete_paused: bool | None, wrap: ExpireWrap) -> SweepReport:
+                             delete_paused: bool | None, wrap: ExpireWrap,
+                             threads: Sequence[str] | None = None) -> SweepReport:
         report = await host_sweep(self.inner, "inner", sync, limit, dry_run, delete_paused,
-                                  lambda expire, s: wrap(self._unless_buffered(expire), s))
+                                  lambda expire, s: wrap(self._unless_buffered(expire), s),
+                                  threads)
         if dry_run:  # (a real pass asks `_unless_buffered`)
             held = [t for t in report.deleted if self._buffer.holds(t)]
             report.deleted = [t for t in report.deleted if t not in held]
