@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any, TypeVar, cast
 
@@ -27,7 +27,7 @@ from ..core.rows import (
     WriteRow,
     whole,
 )
-from ..core.store import BatchItem, GcPlanner, write_in_turn
+from ..core.store import BatchItem, GcPlanner, try_lock, write_in_turn
 from ..core.urls import parse_url
 from ..migrations import SchemaChain
 from .checkpointer import Checkpointer
@@ -406,14 +406,8 @@ class MemoryStore:
             if state is not None:
                 self.threads[thread_id] = replace(state, swept=generation)
 
-    @contextlib.asynccontextmanager
-    async def sweep_lock(self) -> AsyncIterator[bool]:
-        held = self._sweeping.acquire(blocking=False)
-        try:
-            yield held
-        finally:
-            if held:
-                self._sweeping.release()
+    def sweep_lock(self) -> AbstractAsyncContextManager[bool]:
+        return try_lock(self._sweeping)
 
     async def housekeep(self, limit: int | None) -> int:
         return 0

@@ -33,6 +33,7 @@ from .retention import (
     SweepSchedule,
     ThreadState,
     check_limit,
+    is_platform,
     thread_digest,
 )
 from .rows import ListQuery
@@ -85,13 +86,36 @@ class Sweeper:
             self._thread.join()
 
 
-class Lifecycle(Pruning):
+class BackgroundSweeping:
+    """`start_sweeper` and `stop_sweeper` over the class's own `sweep(limit)`: of a
+    checkpointer, and of a wrapper (whose passes go through it)."""
+
+    _sweeper: Sweeper | None = None
+
+    def sweep(self, limit: int | None = None) -> SweepReport:
+        raise NotImplementedError
+
+    def start_sweeper(self, interval: float | None = None, *, limit: int | None = None) -> None:
+        """Sweep in the background every `interval` seconds (a daemon thread; LangGraph
+        Platform's default, 5 minutes, when None), `limit` threads changed at most per pass;
+        stopped by `stop_sweeper` or `close`."""
+        self.stop_sweeper()
+        schedule = SweepSchedule(interval if interval is not None else 300.0, limit)
+        self._sweeper = Sweeper(lambda n: self.sweep(n), schedule,
+                                f"lgckpt-sweeper-{type(self).__name__}")
+
+    def stop_sweeper(self) -> None:
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.stop()
+
+
+class Lifecycle(Pruning, BackgroundSweeping):
     """Retention, pins, sweeps, erasure and vacuum: mixed into `StoreCheckpointer`."""
 
     _retention: Retention | None = None
     _sweep_in_flight = 8
     """Threads a sweep pass works on at once."""
-    _sweeper: Sweeper | None = None
     _touched: OrderedDict[str, float]
 
     # -- policy -----------------------------------------------------------------------------
@@ -120,8 +144,7 @@ class Lifecycle(Pruning):
     ) -> None:
         self._touched = OrderedDict()
         schedule = None
-        if isinstance(retention, Mapping) and {"default_ttl", "sweep_interval_minutes",
-                                               "sweep_limit"} & set(retention):
+        if is_platform(retention):
             policy, schedule = Retention.from_platform(retention)
             self._retention = policy
         else:
@@ -167,13 +190,9 @@ class Lifecycle(Pruning):
     async def athread_state(self, thread_id: str) -> ThreadState | None:
         return await self._store.thread_state(check_id(thread_id, "thread_id", required=True))
 
-    async def _touch(self, thread_id: str) -> None:
-        """A read counts as activity (`refresh_on_read`): recorded at most once per tenth of
-        the idle time per thread and process, so reads stay reads."""
-        policy = self._retention
-        idle = None if policy is None else policy.seconds[0]
-        if policy is None or not policy.refresh_on_read or idle is None:
-            return
+    async def _touch(self, thread_id: str, idle: float) -> None:
+        """Record a read of the thread (`refresh_on_read`), at most once per tenth of the idle
+        time per thread and process, so that reads stay reads."""
         now = self._store.clock()
         last = self._touched.get(thread_id)
         if last is not None and now - last < idle / 10:
@@ -186,8 +205,11 @@ class Lifecycle(Pruning):
 
     async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
         found = await super().aget_tuple(config)
-        if found is not None and self._retention is not None:
-            await self._touch(found.config["configurable"]["thread_id"])
+        policy = self._retention
+        if found is not None and policy is not None and policy.refresh_on_read:
+            idle = policy.seconds[0]
+            if idle is not None:
+                await self._touch(found.config["configurable"]["thread_id"], idle)
         return found
 
     # -- sweeping -----------------------------------------------------------------------------
@@ -364,20 +386,6 @@ class Lifecycle(Pruning):
         found = await self._store.read_writes(thread_id, "", [row.checkpoint_id], [INTERRUPT])
         return bool(found.get(row.checkpoint_id))
 
-    def start_sweeper(self, interval: float | None = None, *, limit: int | None = None) -> None:
-        """Sweep in the background every `interval` seconds (a daemon thread; LangGraph
-        Platform's default, 5 minutes, when None), `limit` threads changed at most per pass;
-        stopped by `stop_sweeper` or `close`."""
-        self.stop_sweeper()
-        schedule = SweepSchedule(interval if interval is not None else 300.0, limit)
-        self._sweeper = Sweeper(lambda n: self.sweep(n), schedule,
-                                f"lgckpt-sweeper-{type(self).__name__}")
-
-    def stop_sweeper(self) -> None:
-        sweeper, self._sweeper = self._sweeper, None
-        if sweeper is not None:
-            sweeper.stop()
-
     # -- erasure ------------------------------------------------------------------------------
 
     def erase(self, where: Mapping[str, Any], *, dry_run: bool = False,
@@ -407,13 +415,10 @@ class Lifecycle(Pruning):
         report.checkpoints = sum(counts.values())
         if dry_run:
             return report
-        events = []
-        for tid in report.threads:
+        for tid in report.threads:  # each recorded once gone: a record never outlives data
             await delete(tid)
-            events.append(LifecycleEvent(report.at, "erase", thread_digest(tid), counts[tid],
-                                         reason))
-        if events:
-            await self._store.log_lifecycle(events)
+            await self._store.log_lifecycle([LifecycleEvent(
+                report.at, "erase", thread_digest(tid), counts[tid], reason)])
         return report
 
     async def _erasure_targets(self, flt: Mapping[str, Any]) -> dict[str, int]:
@@ -460,4 +465,4 @@ class Lifecycle(Pruning):
         return await self._store.vacuum()
 
 
-__all__ = ["Lifecycle", "Sweeper", "check_where"]
+__all__ = ["BackgroundSweeping", "Lifecycle", "Sweeper", "check_where"]

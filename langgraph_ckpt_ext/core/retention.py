@@ -16,7 +16,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeGuard, cast
 
 from .errors import InvalidConfigError
 
@@ -155,7 +155,7 @@ class Retention:
         if not isinstance(value, Mapping):
             raise InvalidConfigError(
                 f"retention must be a Retention or a mapping, not {type(value).__name__}")
-        if set(value) & set(PLATFORM_KEYS):
+        if is_platform(value):
             return cls.from_platform(value)[0]
         unknown = set(value) - set(cls.__dataclass_fields__)
         if unknown:
@@ -194,6 +194,12 @@ class Retention:
 
 
 PLATFORM_KEYS = ("strategy", "default_ttl", "sweep_interval_minutes", "sweep_limit")
+
+
+def is_platform(value: object) -> TypeGuard[Mapping[str, Any]]:
+    """Whether `value` is LangGraph Platform's `checkpointer.ttl` mapping rather than our
+    fields: it names one of the keys only the Platform's has (`strategy` is in both)."""
+    return isinstance(value, Mapping) and any(k in value for k in PLATFORM_KEYS[1:])
 DEFAULT_SWEEP_MINUTES = 5  # LangGraph Platform's default sweep interval
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
@@ -290,3 +292,15 @@ async def write_in_turn(store: Store, items: Sequence[BatchItem]) -> list[set[st
         else:
             await store.write_writes(item)
     return out
+
+
+@contextlib.asynccontextmanager
+async def try_lock(lock: threading.Lock) -> AsyncIterator[bool]:
+    """A store's sweep lock held within this process: True if it was free (and is held until
+    the block ends), False at once if not."""
+    held = lock.acquire(blocking=False)
+    try:
+        yield held
+    finally:
+        if held:
+            lock.release()

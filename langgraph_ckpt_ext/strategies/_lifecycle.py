@@ -21,13 +21,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from ..core.bridge import run_inline
-from ..core.lifecycle import Sweeper
+from ..core.lifecycle import BackgroundSweeping
 from ..core.retention import (
     ErasureReport,
     LifecycleEvent,
     Retention,
     SweepReport,
-    SweepSchedule,
     ThreadState,
 )
 from ..core.saver import StoreCheckpointer
@@ -80,11 +79,9 @@ async def host_erase(saver: object, role: str, sync: bool, where: Mapping[str, A
     return cp.run_sync(pass_) if sync else await pass_
 
 
-class LifecycleForwarded(Forwarded):
+class LifecycleForwarded(Forwarded, BackgroundSweeping):
     """Mixed into the wrappers: `StoreCheckpointer`'s lifecycle methods (see
     `core/lifecycle.py` for what each does), over the wrapper's hooks."""
-
-    _sweeper: Sweeper | None = None
 
     # -- what each wrapper provides -----------------------------------------------------------
 
@@ -211,20 +208,6 @@ class LifecycleForwarded(Forwarded):
     async def aerase(self, where: Mapping[str, Any], *, dry_run: bool = False,
                      reason: str = "") -> ErasureReport:
         return await self._guarded_erase(False, where, dry_run, reason, no_wrap)
-
-    def start_sweeper(self, interval: float | None = None, *, limit: int | None = None) -> None:
-        """Sweep through this wrapper in the background every `interval` seconds (5 minutes
-        when None), `limit` threads changed at most per pass; stopped by `stop_sweeper` or
-        `close`."""
-        self.stop_sweeper()
-        schedule = SweepSchedule(interval if interval is not None else 300.0, limit)
-        self._sweeper = Sweeper(lambda n: self.sweep(n), schedule,
-                                f"lgckpt-sweeper-{type(self).__name__}")
-
-    def stop_sweeper(self) -> None:
-        sweeper, self._sweeper = self._sweeper, None
-        if sweeper is not None:
-            sweeper.stop()
 
 
 def _policy_json(retention: Retention | Mapping[str, Any] | None) -> str | None:

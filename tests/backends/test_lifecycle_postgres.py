@@ -26,13 +26,12 @@ from langgraph_ckpt_ext.backends.postgres import sql
 from langgraph_ckpt_ext.backends.postgres.migrations import LATEST
 from langgraph_ckpt_ext.core.retention import LifecycleEvent
 from langgraph_ckpt_ext.core.rows import CheckpointRow, MigrationEntry, WriteRow
+from tests.support.lifecycle import DAY, T0, cfg, put_chain
 from tests.support.savers import PG_DSN, drop_pg_schemas, pg_schema
 
 pytestmark = pytest.mark.postgres
 
 ROOT = Path(__file__).resolve().parents[2]
-T0 = 1_900_000_000.0
-DAY = 86400.0
 
 
 @pytest.fixture
@@ -48,21 +47,7 @@ def saver(schema: str, now: float = T0, **options: Any) -> PostgresCheckpointer:
     return cp
 
 
-def cfg(thread_id: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-
-
-def put(cp: PostgresCheckpointer, thread_id: str, n: int, config: Any = None) -> Any:
-    """`n` checkpoints of a growing list (append-deltas), as the sweep worker writes them."""
-    config = config or cfg(thread_id)
-    version = None
-    for i in range(n):
-        ckpt = empty_checkpoint()
-        version = cp.get_next_version(version, None)
-        ckpt["channel_values"] = {"items": list(range(i + 1))}
-        ckpt["channel_versions"] = {"items": version}
-        config = cp.put(config, ckpt, {"step": i}, {"items": version})
-    return config
+put = put_chain  # `n` checkpoints of a growing list (append-deltas), as the sweep worker's
 
 
 async def sql_rows(schema: str, statement: str, *args: Any) -> list[Any]:

@@ -19,28 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_ckpt_ext import RedisCheckpointer, Retention
 from langgraph_ckpt_ext.core.retention import LifecycleEvent
 from langgraph_ckpt_ext.core.rows import WriteRow
 from tests.support.graphs import chat_graph, human
+from tests.support.lifecycle import T0, Clock, cfg, put_chain
 from tests.support.migrate_worker import open_target
 from tests.support.savers import SaverHandle, drop_redis_prefixes, open_saver, params, redis_prefix
 
 pytestmark = pytest.mark.redis
 
 ROOT = Path(__file__).resolve().parents[2]
-T0 = 1_900_000_000.0
-
-
-class Clock:
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
 
 @pytest.fixture(params=params(["redis", "redis-cluster"]))
 def handle(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SaverHandle]:
@@ -48,36 +38,9 @@ def handle(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SaverHand
         yield h
 
 
-@pytest.fixture
-def make(tmp_path: Path) -> Iterator[Any]:
-    """Standalone Redis checkpointers with options; closed and their keys dropped after."""
-    made: list[SaverHandle] = []
-
-    def factory(**options: Any) -> SaverHandle:
-        made.append(open_saver("redis", tmp_path, **options))
-        return made[-1]
-
-    yield factory
-    for h in made:
-        h.close_savers()
-    drop_redis_prefixes(*{h.prefix for h in made if h.prefix})
-
-
-def cfg(thread: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-
-
-def put(cp: RedisCheckpointer, thread: str, n: int = 1) -> dict[str, Any]:
+def put(cp: RedisCheckpointer, thread: str, n: int = 1) -> Any:
     """`n` checkpoints on `thread` (a growing list), each the child of the one before."""
-    config = cfg(thread)
-    version = None
-    for i in range(n):
-        version = cp.get_next_version(version, None)
-        ckpt = empty_checkpoint()
-        ckpt["channel_values"] = {"items": list(range(i + 1))}
-        ckpt["channel_versions"] = {"items": version}
-        config = cp.put(config, ckpt, {"source": "loop", "step": i}, {"items": version})
-    return config
+    return put_chain(cp, thread, n)
 
 
 def keys_of(client: Any, cp: RedisCheckpointer, thread: str) -> list[str]:
@@ -147,8 +110,8 @@ def test_every_write_stamps_the_row_in_its_own_script(handle: SaverHandle) -> No
     client.close()
 
 
-def test_a_row_from_before_the_lifecycle_fields_is_stamped_when_first_seen(make: Any) -> None:
-    h = make()
+def test_a_row_from_before_the_lifecycle_fields_is_stamped_when_first_seen(make_redis: Any) -> None:
+    h = make_redis()
     cp: RedisCheckpointer = h.saver
     client = h.redis_client()
     clock = Clock()
@@ -198,9 +161,9 @@ def test_thread_states_pages_see_each_thread_once_while_threads_go(handle: Saver
     client.close()
 
 
-def test_the_sweeper_drops_index_entries_of_threads_gone_by_ttl(make: Any) -> None:
+def test_the_sweeper_drops_index_entries_of_threads_gone_by_ttl(make_redis: Any) -> None:
     # with a TTL: the deadline hint has passed, and housekeeping drops the entry
-    h = make(ttl=0.2)
+    h = make_redis(ttl=0.2)
     cp: RedisCheckpointer = h.saver
     client = h.redis_client()
     put(cp, "brief")
@@ -216,7 +179,7 @@ def test_the_sweeper_drops_index_entries_of_threads_gone_by_ttl(make: Any) -> No
     assert report.examined == 1 and report.pinned == 1 and not indexed(client, h, "brief")
     assert client.zscore(f"{h.prefix}:threads", "kept") == float("inf")
     # without a TTL (no hint to pass): the walk over the index finds the keys gone
-    h2 = make()
+    h2 = make_redis()
     cp2: RedisCheckpointer = h2.saver
     put(cp2, "gone")
     put(cp2, "kept")
@@ -229,8 +192,8 @@ def test_the_sweeper_drops_index_entries_of_threads_gone_by_ttl(make: Any) -> No
 
 
 def test_a_thread_another_process_deleted_is_indexed_again_at_its_next_write(
-        make: Any) -> None:
-    h = make()
+        make_redis: Any) -> None:
+    h = make_redis()
     writer: RedisCheckpointer = h.saver
     other = h.reopen()  # another process's checkpointer on the same prefix
     client = h.redis_client()
@@ -495,8 +458,8 @@ def test_a_sweeper_killed_mid_pass(target: str) -> None:
         assert cp.thread_ids() == []
 
 
-def test_constructor_takes_retention_and_sweep_every(make: Any) -> None:
-    h = make(retention={"idle": 60}, sweep_every=3600)
+def test_constructor_takes_retention_and_sweep_every(make_redis: Any) -> None:
+    h = make_redis(retention={"idle": 60}, sweep_every=3600)
     cp: RedisCheckpointer = h.saver
     assert cp.retention == Retention(idle=60)
     assert cp._sweeper is not None and cp._sweeper.schedule.interval == 3600

@@ -27,21 +27,10 @@ from langgraph_ckpt_ext.backends.sqlite.migrations import LATEST, MIGRATIONS
 from langgraph_ckpt_ext.backends.sqlite.store import _incremental_auto_vacuum
 from langgraph_ckpt_ext.core.retention import LifecycleEvent, thread_digest
 from langgraph_ckpt_ext.core.rows import MigrationEntry, WriteRow
+from tests.support.lifecycle import Clock, cfg
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_000_000.0  # the fill clock of the process tests
-
-
-class Clock:
-    def __init__(self, now: float = 1_900_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def cfg(thread_id: str, **more: Any) -> Any:
-    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", **more}}
 
 
 def put_thread(cp: SQLiteCheckpointer, thread_id: str, checkpoints: int, size: int = 0) -> None:

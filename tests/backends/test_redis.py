@@ -28,7 +28,6 @@ from tests.support.graphs import chat_graph, human
 from tests.support.redis_servers import redis_cluster, redis_server
 from tests.support.savers import (
     REDIS_URL,
-    SaverHandle,
     drop_redis_prefixes,
     open_saver,
     params,
@@ -43,22 +42,6 @@ def client() -> Iterator[redis.Redis]:
     c = redis.Redis.from_url(REDIS_URL)
     yield c
     c.close()
-
-
-@pytest.fixture
-def make(tmp_path: Path) -> Iterator[Any]:
-    """Redis checkpointers (in their handles) on the shared server, with options; closed and
-    their keys deleted after the test."""
-    made: list[SaverHandle] = []
-
-    def factory(**options: Any) -> SaverHandle:
-        made.append(open_saver("redis", tmp_path, **options))
-        return made[-1]
-
-    yield factory
-    for h in made:
-        h.close_savers()
-    drop_redis_prefixes(*{h.prefix for h in made if h.prefix})
 
 
 def cfg(thread: str, **extra: str) -> dict[str, Any]:
@@ -87,11 +70,11 @@ def existing(client: redis.Redis, cp: RedisCheckpointer, thread: str) -> list[st
 # -- TTL --------------------------------------------------------------------------------------
 
 
-def test_index_sweep_runs_off_the_put_path(make: Any, client: redis.Redis,
+def test_index_sweep_runs_off_the_put_path(make_redis: Any, client: redis.Redis,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """The put that reaches the sweep's turn issues its own few commands only (counted per
     task on the client, the server untouched); the stale index entries go all the same."""
-    cp_h = make()
+    cp_h = make_redis()
     cp = cp_h.saver
     threads_key, runs_key = f"{cp_h.prefix}:threads", f"{cp_h.prefix}:runs"
     client.zadd(threads_key, {f"gone-{i}": 1 for i in range(80)})  # hints long past, no keys
@@ -139,8 +122,8 @@ def test_index_sweep_runs_off_the_put_path(make: Any, client: redis.Redis,
     assert asyncio.run(closed_mid_step()) == 0
 
 
-def test_short_ttl_thread_is_entirely_gone(make: Any, client: redis.Redis) -> None:
-    cp_h = make(ttl=2.0)
+def test_short_ttl_thread_is_entirely_gone(make_redis: Any, client: redis.Redis) -> None:
+    cp_h = make_redis(ttl=2.0)
     cp = cp_h.saver
     graph = chat_graph().compile(checkpointer=cp)
     for i in range(3):
@@ -163,8 +146,8 @@ def test_short_ttl_thread_is_entirely_gone(make: Any, client: redis.Redis) -> No
     assert client.zscore(f"{cp_h.prefix}:threads", "brief") is not None
 
 
-def test_thread_written_before_ttl_keeps_every_checkpoint(make: Any, client: redis.Redis) -> None:
-    cp_h = make(ttl=2.0)
+def test_thread_written_before_ttl_keeps_every_checkpoint(make_redis: Any, client: redis.Redis) -> None:
+    cp_h = make_redis(ttl=2.0)
     cp = cp_h.saver
     # `static` is written once; `tick` changes at every step, for 2.5x the TTL.
     config, versions = put(cp, "busy", {"static": "set once", "tick": 0}, ["static", "tick"])
@@ -186,15 +169,15 @@ def test_thread_written_before_ttl_keeps_every_checkpoint(make: Any, client: red
     assert existing(client, cp, "busy") == []
 
 
-def test_refresh_on_read_keeps_a_thread_that_is_only_read(make: Any, client: redis.Redis) -> None:
-    cp_h = make(ttl=2.0, refresh_on_read=True)
+def test_refresh_on_read_keeps_a_thread_that_is_only_read(make_redis: Any, client: redis.Redis) -> None:
+    cp_h = make_redis(ttl=2.0, refresh_on_read=True)
     cp = cp_h.saver
     put(cp, "read-only", {"a": 1}, ["a"])
     for _ in range(25):
         assert cp.get_tuple(cfg("read-only")) is not None
         time.sleep(0.2)
     assert len(list(cp.list(cfg("read-only")))) == 1
-    plain_h = make(ttl=2.0)
+    plain_h = make_redis(ttl=2.0)
     plain = plain_h.saver
     put(plain, "read-only", {"a": 1}, ["a"])
     for _ in range(14):
@@ -203,8 +186,8 @@ def test_refresh_on_read_keeps_a_thread_that_is_only_read(make: Any, client: red
     assert plain.get_tuple(cfg("read-only")) is None  # reads alone do not refresh by default
 
 
-def test_pinned_thread_stays_and_unpinned_expires(make: Any, client: redis.Redis) -> None:
-    cp_h = make(ttl=1.0)
+def test_pinned_thread_stays_and_unpinned_expires(make_redis: Any, client: redis.Redis) -> None:
+    cp_h = make_redis(ttl=1.0)
     cp = cp_h.saver
     cp.pin("keep")  # before its first write
     graph = chat_graph().compile(checkpointer=cp)
@@ -222,12 +205,12 @@ def test_pinned_thread_stays_and_unpinned_expires(make: Any, client: redis.Redis
     assert existing(client, cp, "keep") == []
 
 
-def test_no_ttl_persists_a_thread_written_with_one(make: Any, client: redis.Redis) -> None:
+def test_no_ttl_persists_a_thread_written_with_one(make_redis: Any, client: redis.Redis) -> None:
     prefix = redis_prefix()
-    with_ttl_h = make(ttl=30, key_prefix=prefix)
+    with_ttl_h = make_redis(ttl=30, key_prefix=prefix)
     with_ttl = with_ttl_h.saver
     put(with_ttl, "t", {"a": 1}, ["a"])
-    without_h = make(key_prefix=prefix)
+    without_h = make_redis(key_prefix=prefix)
     without = without_h.saver
     put(without, "t", {"a": 2}, ["a"])  # no key may keep the old deadline
     assert all(client.ttl(k) == -1 for k in existing(client, without, "t"))
@@ -238,8 +221,8 @@ def test_no_ttl_persists_a_thread_written_with_one(make: Any, client: redis.Redi
 HOSTILE = ["a", "a}", "{a}", "a:b", "a*", "*", "a b", "a\nb", "}{", "%41", "A", "ü", "a}:cp"]
 
 
-def test_hostile_thread_ids_stay_apart_in_one_slot_each(make: Any, client: redis.Redis) -> None:
-    cp_h = make()
+def test_hostile_thread_ids_stay_apart_in_one_slot_each(make_redis: Any, client: redis.Redis) -> None:
+    cp_h = make_redis()
     cp = cp_h.saver
     graph = chat_graph().compile(checkpointer=cp)
     for tid in HOSTILE:
@@ -264,14 +247,14 @@ def test_hostile_thread_ids_stay_apart_in_one_slot_each(make: Any, client: redis
     assert list(cp.list(None, filter={"source": "{a}:cp\n*"})) == []
 
 
-def test_bad_arguments_are_refused_clearly(make: Any) -> None:
+def test_bad_arguments_are_refused_clearly(make_redis: Any) -> None:
     with pytest.raises(InvalidConfigError, match="key_prefix"):
         RedisCheckpointer(REDIS_URL, key_prefix="bad{prefix}")
     with pytest.raises(InvalidConfigError, match="ttl"):
         RedisCheckpointer(REDIS_URL, ttl=-5)
     with pytest.raises(InvalidConfigError, match="decode_responses"):
         RedisCheckpointer(aredis.Redis.from_url(REDIS_URL, decode_responses=True))
-    cp_h = make()
+    cp_h = make_redis()
     cp = cp_h.saver
     put(cp, "ok", {"a": 1}, ["a"])
     with pytest.raises(InvalidConfigError, match="NUL"):
@@ -281,8 +264,8 @@ def test_bad_arguments_are_refused_clearly(make: Any) -> None:
     assert cp.get_tuple(cfg("ok")).checkpoint["channel_values"] == {"a": 1}  # type: ignore[union-attr]
 
 
-def test_newer_layout_is_refused(make: Any, client: redis.Redis) -> None:
-    cp_h = make()
+def test_newer_layout_is_refused(make_redis: Any, client: redis.Redis) -> None:
+    cp_h = make_redis()
     cp = cp_h.saver
     client.set(f"{cp_h.prefix}:layout", 99)
     with pytest.raises(StorageVersionError, match="upgrade"):
@@ -292,8 +275,8 @@ def test_newer_layout_is_refused(make: Any, client: redis.Redis) -> None:
 # -- atomicity, concurrency, a server that goes away ------------------------------------------
 
 
-def test_readers_never_see_half_a_checkpoint(make: Any) -> None:
-    cp_h = make()
+def test_readers_never_see_half_a_checkpoint(make_redis: Any) -> None:
+    cp_h = make_redis()
     cp = cp_h.saver
     channels = [f"ch{i}" for i in range(12)]
     stop = threading.Event()
@@ -301,7 +284,7 @@ def test_readers_never_see_half_a_checkpoint(make: Any) -> None:
     errors: list[BaseException] = []
 
     def reader() -> None:
-        other_h = make(key_prefix=cp_h.prefix)  # another client, as another process would be
+        other_h = make_redis(key_prefix=cp_h.prefix)  # another client, as another process would be
         other = other_h.saver
         try:
             while not stop.is_set():
@@ -424,13 +407,13 @@ def test_caller_owned_client_serves_sync_and_async_calls(loop_thread: Any) -> No
         drop_redis_prefixes(prefix)
 
 
-def test_listing_across_many_threads_is_one_merged_order(make: Any) -> None:
+def test_listing_across_many_threads_is_one_merged_order(make_redis: Any) -> None:
     """`list(None)` merges the threads' own orders, reading each thread a page at a time:
     the same rows, in the same order, as sorting them all; `before` and `limit` honoured."""
     import random
 
 
-    cp_h = make()
+    cp_h = make_redis()
     cp = cp_h.saver
     rng = random.Random(7)
     expected: list[tuple[str, str, str]] = []
@@ -642,11 +625,11 @@ def test_write_batch_falls_back_only_where_a_base_is_gone(kind: str, tmp_path: P
         cp_h.cleanup()
 
 
-def test_write_batch_refuses_mixed_threads(make: Any, client: redis.Redis) -> None:
+def test_write_batch_refuses_mixed_threads(make_redis: Any, client: redis.Redis) -> None:
     from langgraph_ckpt_ext.core.rows import WriteRow
 
 
-    cp_h = make()
+    cp_h = make_redis()
     cp = cp_h.saver
     store = cp.store
     one = (_row("x", "c1", None, {"log": "v1"}), [_blob(store, [1], "log", "v1")])
@@ -660,11 +643,11 @@ def test_write_batch_refuses_mixed_threads(make: Any, client: redis.Redis) -> No
     assert cp.run_sync(store.write_batch([])) == []
 
 
-def test_write_batch_sets_one_ttl_on_every_key(make: Any, client: redis.Redis) -> None:
+def test_write_batch_sets_one_ttl_on_every_key(make_redis: Any, client: redis.Redis) -> None:
     from langgraph_ckpt_ext.core.rows import WriteRow
 
 
-    cp_h = make(ttl=30)
+    cp_h = make_redis(ttl=30)
     cp = cp_h.saver
     store = cp.store
     items: list[Any] = [

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import HumanMessage
 
 from langgraph_ckpt_ext.backends.memory import InMemoryCheckpointer
 from langgraph_ckpt_ext.cli import browse, lifecycle, main, maintain
@@ -26,10 +25,10 @@ from langgraph_ckpt_ext.cli.lifecycle import duration, instant, where_item
 from langgraph_ckpt_ext.core.retention import thread_digest
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from tests.cli.test_cli import Run, fails, lgckpt, new_store
-from tests.support.graphs import approval_graph, chat_graph
+from tests.support.graphs import approval_graph
+from tests.support.lifecycle import DAY, chat
 from tests.support.savers import params
 
-DAY = 86400.0
 RunCli = Callable[..., Run]
 
 
@@ -89,13 +88,6 @@ def test_bad_input_is_refused_before_the_store_is_opened(tmp_path: Path) -> None
 
 
 # -- the scenario --------------------------------------------------------------------------------
-
-
-def chat(cp: StoreCheckpointer, thread_id: str, turns: int, **metadata: Any) -> None:
-    graph = chat_graph().compile(checkpointer=cp)
-    config: Any = {"configurable": {"thread_id": thread_id}, "metadata": metadata}
-    for i in range(turns):
-        graph.invoke({"messages": [HumanMessage(content=f"m{i}")]}, config)
 
 
 def populate(cp: StoreCheckpointer) -> None:
@@ -288,9 +280,6 @@ def test_commands_on_a_stored_store(backend: str, tmp_path: Path) -> None:
     store = new_store(backend, tmp_path)
     try:
         with store.open() as cp:
-            if not hasattr(cp._store, "thread_states"):
-                pytest.skip(f"the {backend} store keeps no lifecycle rows yet (issue 19: its "
-                            "own branch)")
             populate(cp)
 
         def snapshot() -> dict[str, list[str]]:

@@ -12,47 +12,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 
 from langgraph_ckpt_ext import Retention
 from langgraph_ckpt_ext.core.errors import InvalidConfigError
 from langgraph_ckpt_ext.core.retention import SweepSchedule, thread_digest
-from tests.support.graphs import approval_graph, chat_graph
+from tests.support.graphs import approval_graph
+from tests.support.lifecycle import DAY, Clock, cfg, chat, sweeps_beside_a_graph
 from tests.support.savers import SaverHandle, open_saver, params
 
 BACKENDS = ["memory", "sqlite", "postgres", "redis"]
-DAY = 86400.0
-
-
-class Clock:
-    """A settable clock, shared by the test and the store."""
-
-    def __init__(self, now: float = 1_900_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 @pytest.fixture(params=params(BACKENDS))
 def handle(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SaverHandle]:
     with open_saver(request.param, tmp_path) as h:
         yield h
-
-
-def cfg(thread_id: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread_id}}
-
-
-def chat(cp: Any, thread_id: str, turns: int = 1, **metadata: Any) -> None:
-    graph = chat_graph().compile(checkpointer=cp)
-    config: dict[str, Any] = {**cfg(thread_id), "metadata": metadata}
-    for i in range(turns):
-        graph.invoke({"messages": [HumanMessage(content=f"m{i}")]}, config)
 
 
 def checkpoints(cp: Any, thread_id: str) -> int:
@@ -228,37 +201,7 @@ def test_a_thread_written_since_it_was_read_is_not_expired(handle: SaverHandle) 
 
 
 def test_sweeps_beside_a_running_graph_leave_threads_whole_or_gone(handle: SaverHandle) -> None:
-    cp = handle.inner
-    clock = clocked(handle, idle=1)
-    clock.advance(0)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            for _ in range(15):
-                chat(cp, "busy", turns=1)
-                clock.advance(2)  # every thread looks expired to the next sweep
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-        finally:
-            stop.set()
-
-    writer = threading.Thread(target=run)
-    writer.start()
-    passes = 0
-    while not stop.is_set() or passes == 0:
-        cp.sweep()
-        passes += 1
-    writer.join()
-    assert not errors
-    # whatever is left reads back whole: every checkpoint with the values it names (a blob
-    # gone under a stored checkpoint raises here)
-    for tup in cp.list(cfg("busy")):
-        assert tup.checkpoint["channel_values"]
-    chat(cp, "busy")
-    latest = cp.get_tuple(cfg("busy"))
-    assert latest is not None and latest.checkpoint["channel_values"]["messages"]
+    sweeps_beside_a_graph(handle.inner, handle.inner.sweep, turns=15)
 
 
 def test_erasure_across_threads_forks_and_namespaces(handle: SaverHandle) -> None:
@@ -304,6 +247,10 @@ def test_langgraph_platform_ttl_vocabulary() -> None:
          "sweep_limit": 100})
     assert policy == Retention(idle=1800, strategy="keep_latest")
     assert schedule == SweepSchedule(120.0, 100)
+    # `strategy` is a key of both vocabularies: our fields beside it stay ours
+    ours = {"idle": 60, "strategy": "keep_latest"}
+    assert Retention.coerce(ours) == Retention(idle=60, strategy="keep_latest")
+    assert Retention.coerce({"strategy": "delete", "default_ttl": 1}) == Retention(idle=60)
     with pytest.raises(InvalidConfigError):
         Retention.from_platform({"strategy": "archive"})
     with pytest.raises(InvalidConfigError):

@@ -22,45 +22,13 @@ from langgraph_ckpt_ext.core.retention import thread_digest
 from langgraph_ckpt_ext.strategies.smart.policies import Periodic
 from langgraph_ckpt_ext.timetravel.audit import CUT
 from tests.support.graphs import chat_graph
+from tests.support.lifecycle import DAY, Clock, cfg, chat, sweeps_beside_a_graph
 from tests.support.savers import SaverHandle, open_saver, param
-
-DAY = 86400.0
-
-
-class Clock:
-    """A settable clock, shared by the test and the stores."""
-
-    def __init__(self, now: float = 1_900_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def cfg(thread_id: str) -> dict[str, Any]:
-    return {"configurable": {"thread_id": thread_id}}
-
-
-def chat(cp: Any, thread_id: str, turns: int = 1, **metadata: Any) -> None:
-    graph = chat_graph().compile(checkpointer=cp)
-    config: dict[str, Any] = {**cfg(thread_id), "metadata": metadata}
-    for i in range(turns):
-        graph.invoke({"messages": [HumanMessage(content=f"m{i}")]}, config)
 
 
 def ids(saver: Any, thread_id: str) -> list[str]:
     return [t.config["configurable"]["checkpoint_id"] for t in saver.list(cfg(thread_id))]
 
-
-def needs_rows(*handles: SaverHandle) -> None:
-    """Skip while a backend keeps no lifecycle rows yet (each backend gets them on its own
-    branch of issue 19)."""
-    for h in handles:
-        if not hasattr(h.inner._store, "thread_states"):
-            pytest.skip(f"{h.backend} keeps no thread lifecycle rows yet")
 
 
 def clocked(cp: Any, **retention: Any) -> Clock:
@@ -79,7 +47,6 @@ SMART = ["memory", "sqlite"]
 @pytest.fixture(params=[param(k) for k in SMART])
 def smart(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SaverHandle]:
     with open_saver(request.param, tmp_path, wrapper="smart") as h:
-        needs_rows(h)
         yield h
 
 
@@ -88,7 +55,6 @@ def buffering(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SaverH
     """A smart checkpointer that writes a thread's buffer only when told (or after an hour)."""
     with open_saver(request.param, tmp_path, wrapper="smart",
                     policy=Periodic(interval=3600)) as h:
-        needs_rows(h)
         yield h
 
 
@@ -248,38 +214,6 @@ def test_smart_background_sweeper_stops_with_the_wrapper(buffering: SaverHandle)
     assert len(ids(inner, "active")) == 2 * one_turn  # both turns, written on close
 
 
-def sweeps_beside_a_graph(cp: Any, sweep: Any) -> None:
-    """Run turns of a thread while sweeping with every thread expired: no error, and whatever
-    is left reads back whole, and the thread goes on."""
-    clock = clocked(cp, idle=1)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            for _ in range(12):
-                chat(cp, "busy")
-                clock.advance(2)  # every thread looks expired to the next sweep
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-        finally:
-            stop.set()
-
-    writer = threading.Thread(target=run)
-    writer.start()
-    passes = 0
-    while not stop.is_set() or passes == 0:
-        sweep()
-        passes += 1
-    writer.join()
-    assert not errors
-    for tup in cp.list(cfg("busy")):
-        assert tup.checkpoint["channel_values"]
-    chat(cp, "busy")
-    latest = cp.get_tuple(cfg("busy"))
-    assert latest is not None and latest.checkpoint["channel_values"]["messages"]
-
-
 @pytest.mark.parametrize("policy", [None, Periodic(interval=0.01)], ids=["events", "periodic"])
 def test_smart_sweeps_beside_a_running_graph(smart: SaverHandle, policy: Any) -> None:
     cp = smart.saver
@@ -312,7 +246,6 @@ def open_replicated(tmp_path: Path, primary: str, replicas: Sequence[str],
 def replicated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SaverHandle]:
     primary, replicas = request.param
     with open_replicated(tmp_path, primary, replicas) as h:
-        needs_rows(h)
         yield h
 
 
@@ -415,7 +348,6 @@ def test_replicated_erase_reaches_the_replicas_across_forks(replicated: SaverHan
 def test_replicated_pins_policies_and_defaults_reach_the_replicas(
         replicated: SaverHandle) -> None:
     cp = replicated.saver
-    needs_rows(*replicated.replicas)
     clock = clocked(cp, idle=60)
     for r in replicas_of(replicated):  # one of them may be promoted
         assert r.clock is clock and r.retention == Retention(idle=60)
@@ -448,7 +380,6 @@ def test_replicated_pins_policies_and_defaults_reach_the_replicas(
 
 
 def test_replicated_async_sweep_and_erase(replicated: SaverHandle) -> None:
-    needs_rows(*replicated.replicas)
     cp = replicated.saver
     clock = clocked(cp, idle=60)
 
@@ -491,7 +422,6 @@ def test_replicated_quorum_expiry_waits_for_the_replicas(tmp_path: Path) -> None
 @pytest.mark.redis
 def test_replicated_lifecycle_in_the_replicator_process(tmp_path: Path) -> None:
     with open_replicated(tmp_path, "memory", ("sqlite", "redis"), replica_urls=True) as h:
-        needs_rows(*h.replicas)
         cp = h.saver
         clock = clocked(cp, idle=60)
         cp.pin("pinned")

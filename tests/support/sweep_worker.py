@@ -18,10 +18,9 @@ import sys
 import time
 from typing import Any
 
-from langgraph.checkpoint.base import empty_checkpoint
-
 from langgraph_ckpt_ext import Retention
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
+from tests.support.lifecycle import put_chain
 from tests.support.migrate_worker import open_target
 
 
@@ -32,15 +31,7 @@ def say(**event: Any) -> None:
 def fill(saver: StoreCheckpointer, threads: int, per_thread: int) -> None:
     """`threads` threads `t00000`... of `per_thread` checkpoints each (a growing list)."""
     for t in range(threads):
-        config: Any = {"configurable": {"thread_id": f"t{t:05d}", "checkpoint_ns": ""}}
-        version = None
-        for i in range(per_thread):
-            ckpt = empty_checkpoint()
-            version = saver.get_next_version(version, None)
-            ckpt["channel_values"] = {"items": list(range(i + 1))}
-            ckpt["channel_versions"] = {"items": version}
-            config = saver.put(config, ckpt, {"step": i, "source": "loop"},
-                               {"items": version})
+        put_chain(saver, f"t{t:05d}", per_thread)
     say(event="filled", threads=threads)
 
 

@@ -29,7 +29,7 @@ from ...core.rows import (
     WriteRow,
     whole,
 )
-from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
+from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages, try_lock
 from . import sql
 from .migrations import LATEST, MIGRATIONS
 from .worker import Db, GroupCommit
@@ -482,12 +482,8 @@ class SQLiteStore:
         path = await self._file()
         fd = _open_lock(path + "-sweep.lock") if path else None
         if fd is None:
-            held = self._sweeping.acquire(blocking=False)
-            try:
+            async with try_lock(self._sweeping) as held:
                 yield held
-            finally:
-                if held:
-                    self._sweeping.release()
             return
         try:
             yield _flock(fd)
