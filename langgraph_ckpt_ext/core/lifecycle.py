@@ -364,15 +364,12 @@ class Lifecycle(Pruning, BackgroundSweeping):
                 report.busy.append(tid)
                 return False
             try:
-                await self._store.delete_checkpoints(tid, victims, self._plan_gc)
+                events.append(await self._cut(tid, victims, "retention"))
             except StoreBusyError:  # its writers kept it past the store's wait: next pass
                 report.busy.append(tid)
                 return False
-            self._log.forget(tid)
             report.trimmed[tid] = len(victims)
             report.checkpoints_deleted += len(victims)
-            events.append(LifecycleEvent(now, "trim", thread_digest(tid), len(victims),
-                                         "retention"))
             if trimmed is not None:
                 await trimmed(tid)
         await self._store.mark_swept(tid, state.generation)

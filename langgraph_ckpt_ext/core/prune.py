@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import builtins
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from . import codec
@@ -52,12 +52,20 @@ class Pruning(SaverBase):
             else:
                 victims = await self._prune_victims(thread_id)
                 if victims:
-                    await self._store.delete_checkpoints(thread_id, victims, self._plan_gc)
-                    events.append(LifecycleEvent(self._store.clock(), "trim",
-                                                 thread_digest(thread_id), len(victims), "prune"))
+                    events.append(await self._cut(thread_id, victims, "prune"))
             self._log.forget(thread_id)
         if events and await self._audited():  # `verify` tells these cuts from tampering
             await self._store.log_lifecycle(events)
+
+    async def _cut(self, thread_id: str, victims: Collection[tuple[str, str]], reason: str
+                   ) -> LifecycleEvent:
+        """Delete `victims` of a thread (`delete_checkpoints`, with the blobs only they read);
+        the record of that cut, for the store's lifecycle log (kept where it is audited, so
+        that `verify` tells the cut from tampering)."""
+        await self._store.delete_checkpoints(thread_id, victims, self._plan_gc)
+        self._log.forget(thread_id)
+        return LifecycleEvent(self._store.clock(), "trim", thread_digest(thread_id),
+                              len(victims), reason)
 
     def prune_plan(
         self, thread_id: str, *, strategy: str = "keep_latest"

@@ -66,12 +66,9 @@ async def keep_only(saver: StoreCheckpointer, thread_id: str,
     wanted = {(ns, cid) for ns, cid in keep}
     victims = [v for v in await kept(saver, thread_id) if v not in wanted]
     if victims:
-        await saver._store.delete_checkpoints(thread_id, victims, saver._plan_gc)
-        saver._log.forget(thread_id)
+        cut = await saver._cut(thread_id, victims, "retention")
         if await saver._audited():  # as the primary's sweep: `verify` tells a cut
-            await saver._store.log_lifecycle([LifecycleEvent(
-                saver._store.clock(), "trim", thread_digest(thread_id), len(victims),
-                "retention")])
+            await saver._store.log_lifecycle([cut])
     return len(victims)
 
 
