@@ -14,6 +14,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ..core.appendlog import DEFAULT_MAX_BYTES
 from ..core.codec import writes_order
+from ..core.errors import ConcurrentWriteError
+from ..core.guard import Guard, LeaseRow, put_refusal, writes_refusal
 from ..core.opening import Opening
 from ..core.retention import LifecycleEvent, Retention, ThreadState
 from ..core.rows import (
@@ -27,6 +29,7 @@ from ..core.rows import (
     WriteRow,
     whole,
 )
+from ..core.saver import DEFAULT_TOMBSTONE_TTL
 from ..core.store import BatchItem, GcPlanner, try_lock, write_in_turn
 from ..core.urls import parse_url
 from ..migrations import SchemaChain
@@ -82,6 +85,9 @@ class MemoryStore:
         self.audit_log: list[AuditSwitch] = []
         self.threads: dict[str, ThreadState] = {}  # lifecycle rows
         self.lifecycle: list[LifecycleEvent] = []
+        self.tombstones: dict[str, float] = {}
+        self.leases: dict[str, LeaseRow] = {}
+        self.epoch = 0
         self.clock: Callable[[], float] = time.time
         self._lock = threading.RLock()
         self._sweeping = threading.Lock()
@@ -108,8 +114,30 @@ class MemoryStore:
             stored[(blob.channel, blob.version)] = replace(blob, full=None)
         return fell_back
 
-    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
+    def _put_refusal(self, row: CheckpointRow, guard: Guard, head: str | None
+                     ) -> ConcurrentWriteError | None:
+        tid = row.thread_id
+        return put_refusal(guard, tid, row.checkpoint_ns, row.parent_checkpoint_id, head,
+                           tid in self.tombstones, self.leases.get(tid), self.epoch, self.clock())
+
+    def _writes_refusal(self, rows: Sequence[WriteRow], guard: Guard
+                        ) -> ConcurrentWriteError | None:
+        first = rows[0]
+        key = (first.thread_id, first.checkpoint_ns)
+        exists = first.checkpoint_id in self.checkpoints.get(key, {})
+        return writes_refusal(guard, first.thread_id, first.checkpoint_ns, first.checkpoint_id,
+                              exists, first.thread_id in self.tombstones,
+                              self.leases.get(first.thread_id), self.epoch, self.clock())
+
+    async def write_checkpoint(
+        self, row: CheckpointRow, blobs: Sequence[BlobRow], guard: Guard | None = None
+    ) -> set[str]:
         with self._lock:
+            if guard is not None:
+                refused = self._put_refusal(
+                    row, guard, self.latest.get((row.thread_id, row.checkpoint_ns)))
+                if refused is not None:
+                    raise refused
             fell_back = self._put_blobs(row.thread_id, row.checkpoint_ns, blobs)
             key = (row.thread_id, row.checkpoint_ns)
             self.checkpoints[key][row.checkpoint_id] = row
@@ -118,12 +146,32 @@ class MemoryStore:
             self._wrote(row.thread_id)
         return fell_back
 
-    async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
+    async def write_batch(
+        self, items: Sequence[BatchItem], guards: Sequence[Guard | None] | None = None
+    ) -> list[set[str]]:
         with self._lock:  # the lock is re-entrant: no reader sees half a batch
+            if guards is not None:  # every item checked (heads as the items before leave
+                heads: dict[_NsKey, str | None] = {}  # them) before any is written
+                for item, guard in zip(items, guards, strict=True):
+                    if isinstance(item, tuple):
+                        row = item[0]
+                        key = (row.thread_id, row.checkpoint_ns)
+                        head = heads[key] if key in heads else self.latest.get(key)
+                        refused = None if guard is None else self._put_refusal(row, guard, head)
+                        heads[key] = max(head or "", row.checkpoint_id)
+                    else:
+                        refused = (None if guard is None or not item
+                                   else self._writes_refusal(item, guard))
+                    if refused is not None:
+                        raise refused
             return await write_in_turn(self, items)
 
-    async def write_writes(self, rows: Sequence[WriteRow]) -> None:
+    async def write_writes(self, rows: Sequence[WriteRow], guard: Guard | None = None) -> None:
         with self._lock:
+            if guard is not None and rows:
+                refused = self._writes_refusal(rows, guard)
+                if refused is not None:
+                    raise refused
             for row in rows:
                 bucket = self.writes[(row.thread_id, row.checkpoint_ns, row.checkpoint_id)]
                 key = (row.task_id, row.idx)
@@ -230,8 +278,11 @@ class MemoryStore:
                     out[cid] = sorted(rows, key=writes_order)
         return out
 
-    async def delete_thread(self, thread_id: str) -> None:
+    async def delete_thread(self, thread_id: str, tombstone: bool = False) -> None:
         with self._lock:
+            if tombstone:
+                self.tombstones[thread_id] = self.clock()
+            self.leases.pop(thread_id, None)
             for ns_key in self.checkpoints.keys_of(thread_id):
                 self.latest.pop(ns_key, None)
             for table in (self.checkpoints, self.blobs, self.writes, self.migrations):
@@ -392,12 +443,13 @@ class MemoryStore:
             if state is not None:
                 self.threads[thread_id] = replace(state, read_at=self.clock())
 
-    async def expire_thread(self, thread_id: str, generation: int) -> bool:
+    async def expire_thread(self, thread_id: str, generation: int, tombstone: bool = False
+                            ) -> bool:
         with self._lock:
             state = self.threads.get(thread_id)
             if state is None or state.generation != generation:
                 return False
-            await self.delete_thread(thread_id)
+            await self.delete_thread(thread_id, tombstone)
             return True
 
     async def mark_swept(self, thread_id: str, generation: int) -> None:
@@ -422,6 +474,58 @@ class MemoryStore:
 
     async def vacuum(self) -> tuple[int, int]:
         return 0, 0
+
+    # -- one writer per thread --------------------------------------------------------------
+
+    async def tombstone(self, thread_id: str) -> float | None:
+        with self._lock:
+            return self.tombstones.get(thread_id)
+
+    async def drop_tombstones(self, before: float, limit: int | None) -> int:
+        with self._lock:
+            old = [t for t, at in self.tombstones.items() if at < before][:limit]
+            for t in old:
+                del self.tombstones[t]
+            dead = [t for t, (_, until) in self.leases.items() if until < before][:limit]
+            for t in dead:
+                del self.leases[t]
+            return len(old)
+
+    async def acquire_lease(self, thread_id: str, token: str, ttl: float) -> bool:
+        with self._lock:
+            now = self.clock()
+            held = self.leases.get(thread_id)
+            if held is not None and held[0] != token and held[1] > now:
+                return False
+            self.leases[thread_id] = (token, now + ttl)
+            return True
+
+    async def renew_lease(self, thread_id: str, token: str, ttl: float) -> bool:
+        with self._lock:
+            now = self.clock()
+            held = self.leases.get(thread_id)
+            if held is None or held[0] != token or held[1] <= now:
+                return False
+            self.leases[thread_id] = (token, now + ttl)
+            return True
+
+    async def release_lease(self, thread_id: str, token: str) -> None:
+        with self._lock:
+            held = self.leases.get(thread_id)
+            if held is not None and held[0] == token:
+                del self.leases[thread_id]
+
+    async def read_lease(self, thread_id: str) -> LeaseRow | None:
+        with self._lock:
+            return self.leases.get(thread_id)
+
+    async def read_epoch(self) -> int:
+        return self.epoch
+
+    async def raise_epoch(self, epoch: int) -> int:
+        with self._lock:
+            self.epoch = max(self.epoch, epoch)
+            return self.epoch
 
     def refuses(self, exc: BaseException) -> bool:
         """Nothing here is a server that refuses: only caller errors are not outages."""
@@ -454,6 +558,10 @@ class InMemoryCheckpointer(Checkpointer):
         retention: the retention policy of threads without their own (`Retention`, or
             LangGraph Platform's `checkpointer.ttl` mapping): see `sweep`.
         sweep_every: seconds between background sweeps (None: sweep when asked).
+        writers: `"single"` (default: a run's checkpoint is refused with
+            `ConcurrentWriteError` when another run wrote the thread since it read it) or
+            `"last_wins"` (no check): see `StoreCheckpointer`.
+        tombstone_ttl: seconds a deleted thread's tombstone refuses late writes (None: none).
 
     Example:
         >>> from langgraph_ckpt_ext import InMemoryCheckpointer
@@ -471,12 +579,15 @@ class InMemoryCheckpointer(Checkpointer):
         unsafe_allow_any_class: bool = False,
         retention: Retention | Mapping[str, Any] | None = None,
         sweep_every: float | None = None,
+        writers: str = "single",
+        tombstone_ttl: float | None = DEFAULT_TOMBSTONE_TTL,
     ) -> None:
         super().__init__(
             MemoryStore(), serde=serde, snapshot_every=snapshot_every,
             append_log_bytes=append_log_bytes, schema_chain=schema_chain,
             audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
-            retention=retention, sweep_every=sweep_every,
+            retention=retention, sweep_every=sweep_every, writers=writers,
+            tombstone_ttl=tombstone_ttl,
         )
 
     @classmethod

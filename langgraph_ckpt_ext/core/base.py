@@ -39,6 +39,13 @@ class SaverBase(BaseCheckpointSaver[str]):
     _upgrades_stored: OrderedDict[tuple[str, str, str, str], None]
     _row_versions: bool
     """The store resolves blobs server-side: each checkpoint row carries its channel versions."""
+    _single: bool
+    """`writers="single"`: puts are checked against the namespace's head (`core.guard`)."""
+    _tombstone_ttl: float | None
+    """Seconds a deleted thread's tombstone lasts (None: no tombstones are left)."""
+    writer_epoch: int | None = None
+    """The epoch this checkpointer writes with (a `ReplicatedCheckpointer` sets its
+    primary's): the store refuses its guarded writes once its own epoch is newer."""
 
     def _sync_iter(self, agen: AsyncIterator[T]) -> Iterator[T]:
         if self._store.inline:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from .base import SaverBase
+from .guard import Guard
 from .rows import BlobRow
 from .store import BatchItem
 from .writing import PreparedPut, Writing
@@ -54,7 +55,7 @@ class Batches(Writing):
         audited = await self._audited()
         if audited and not (portable and sum(op[0] == "put" for op in ops) <= 1):
             return None
-        batch = PreparedBatch([], [], set(), audited)
+        batch = PreparedBatch([], [], set(), audited, [])
         try:
             for op in ops:
                 if op[0] == "put":
@@ -62,6 +63,7 @@ class Batches(Writing):
                     put = await self._prepare_put(
                         config, checkpoint, metadata, new_versions, portable, seal=audited)
                     batch.items.append((put.row, put.blobs))
+                    batch.guards.append(put.guard)
                     batch.puts.append(put)
                     row = put.row
                     batch.threads.add(row.thread_id)
@@ -73,6 +75,7 @@ class Batches(Writing):
                     rows = self._encode_writes(*op[1:])
                     if rows:
                         batch.items.append(rows)
+                        batch.guards.append(self._writes_guard(op[1], rows[0].thread_id))
                         batch.threads.add(rows[0].thread_id)
         except BaseException:
             for thread_id in batch.threads:
@@ -91,11 +94,14 @@ class Batches(Writing):
         the backend allows). Every row is an upsert, so a batch written twice (here and by a
         write of its own still out) stores the same rows."""
         items = [item for b in batches for item in b.items]
+        guards = [g for b in batches for g in b.guards]
         # An audited batch's writes, as `aput_writes` stores them (a child's seal covers them).
         writes = [w for b in batches if b.audited for i in b.items if isinstance(i, list) for w in i]
         try:
             with self._auditor.writing(writes):
-                fell_back = await self._store.write_batch(items) if items else []
+                fell_back = (await self._store.write_batch(
+                    items, guards if any(g is not None for g in guards) else None)
+                    if items else [])
         except BaseException:
             for thread_id in {t for b in batches for t in b.threads}:
                 self._log.forget(thread_id)
@@ -108,17 +114,21 @@ class Batches(Writing):
         """Sync `awrite_prepared`."""
         self.run_sync(self.awrite_prepared(batches))
 
-    async def awrite_rows(self, items: Sequence[BatchItem]) -> None:
+    async def awrite_rows(self, items: Sequence[BatchItem], *, epoch: int | None = None
+                          ) -> None:
         """Store rows another checkpointer made (`PreparedBatch.rows()`), as one batch: a
         replica of ours takes the primary's rows instead of encoding every value again. The
         serializers must be alike (`rows_compatible`). An append-delta whose base is not here
-        raises `MissingBaseError` and nothing is written: the thread needs a repair."""
+        raises `MissingBaseError` and nothing is written: the thread needs a repair.
+        `epoch`: the writer's epoch, refused (`FencedError`) where this store's is newer;
+        nothing else is checked (the writer's own store decided)."""
         if items:
-            await self._store.write_batch(items)
+            guards = None if epoch is None else [Guard(False, epoch=epoch, apply=True)] * len(items)
+            await self._store.write_batch(items, guards)
 
-    def write_rows(self, items: Sequence[BatchItem]) -> None:
+    def write_rows(self, items: Sequence[BatchItem], *, epoch: int | None = None) -> None:
         """Sync `awrite_rows`."""
-        self.run_sync(self.awrite_rows(items))
+        self.run_sync(self.awrite_rows(items, epoch=epoch))
 
     def rows_compatible(self, other: BaseCheckpointSaver[Any]) -> bool:
         """Whether rows this checkpointer makes can be stored by `other` as they are: both
@@ -144,6 +154,8 @@ class PreparedBatch:
     threads: set[str]
     audited: bool = False
     """Its checkpoint is sealed: its writes are recorded for the child's seal."""
+    guards: builtins.list[Guard | None] = field(default_factory=builtins.list)
+    """What the store must find for each item (`core.guard`), in item order."""
 
     def rows(self) -> builtins.list[BatchItem]:
         """The rows alone, for another store (`awrite_rows`): plain data that pickles, an

@@ -66,6 +66,40 @@ class StoreBusyError(CheckpointerError):
     time it tried: nothing was changed; retry later."""
 
 
+class ConcurrentWriteError(CheckpointerError):
+    """A write refused because another writer got to the thread first (nothing was stored):
+    another run wrote the namespace since this run read it (`writers="single"`), the thread
+    was deleted meanwhile, another holder leases it, or this writer was fenced off. The run
+    that gets it should read the thread again and decide; retrying the same write fails again.
+
+    Attributes `thread_id` and `checkpoint_ns` name where."""
+
+    def __init__(self, message: str, thread_id: str = "", checkpoint_ns: str = "") -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+
+
+class ThreadDeletedError(ConcurrentWriteError):
+    """A late write (from a run that read the thread before it was deleted) for a deleted
+    thread: refused while its tombstone lasts. A new run on the same thread id is welcome."""
+
+
+class ThreadLeasedError(ConcurrentWriteError):
+    """The thread is leased by another holder (`lease()`): this run may not write it (or
+    take the lease) until the lease is released or expires."""
+
+
+class LeaseLostError(ConcurrentWriteError):
+    """This holder's lease of the thread expired or was taken over: its writes are refused
+    (the fencing token no longer matches)."""
+
+
+class FencedError(ConcurrentWriteError):
+    """A write from a writer whose epoch is older than the store's: a primary demoted by a
+    failover (`ReplicatedCheckpointer(promote=True)`) and still written through."""
+
+
 class ReplicationError(CheckpointerError):
     """A write could not be replicated as the `ReplicatedCheckpointer`'s consistency asks."""
 

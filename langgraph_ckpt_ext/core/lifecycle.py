@@ -241,7 +241,8 @@ class Lifecycle(Pruning, BackgroundSweeping):
                                       threads=threads)
 
     async def _expire(self, thread_id: str, generation: int) -> bool:
-        if await self._store.expire_thread(thread_id, generation):
+        if await self._store.expire_thread(thread_id, generation,
+                                           self._tombstone_ttl is not None):
             self._log.forget(thread_id)
             return True
         return False
@@ -268,6 +269,9 @@ class Lifecycle(Pruning, BackgroundSweeping):
                 return report
             if not dry_run:
                 await store.housekeep(limit)
+                if self._tombstone_ttl is not None:
+                    report.tombstones_dropped = await store.drop_tombstones(
+                        report.at - self._tombstone_ttl, limit)
             events: builtins.list[LifecycleEvent] = []
             changed, cursor = 0, None
             while not report.more:

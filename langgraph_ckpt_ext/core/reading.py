@@ -22,6 +22,7 @@ from .base import PAGE, SaverBase
 from .chain import ParentWalk
 from .config import check_ids, checkpoint_id_of, checkpoint_ns_of, make_config, thread_id_of
 from .filters import matches, validate_filter
+from .guard import HEAD_KEY
 from .rows import CheckpointRow, ListQuery, WriteRow
 from .upgrade import upgrade_read
 
@@ -40,11 +41,22 @@ class Reading(SaverBase):
             to_read.update(codec.blob_keys(header["channel_versions"]))
             return builtins.list(to_read.items())
 
-        found = await self._store.read_tuple(thread_id, ns, checkpoint_id_of(config), wanted)
+        asked = checkpoint_id_of(config)
+        found = await self._store.read_tuple(thread_id, ns, asked, wanted)
         if found is None:
             return None
         row, blobs, writes = found
-        return self._tuple(row, headers[row.checkpoint_id], blobs, to_read, writes)
+        tup = self._tuple(row, headers[row.checkpoint_id], blobs, to_read, writes)
+        if not self._single:
+            return tup
+        # The head as read, for every put of the run this read starts (`core.guard`).
+        head: str | None = row.checkpoint_id
+        if asked is not None:
+            newest = await self._store.read_checkpoint(thread_id, ns, None)
+            head = None if newest is None else newest.checkpoint_id
+        if head is not None:
+            tup.config["configurable"][HEAD_KEY] = head
+        return tup
 
     def _tuple(
         self,

@@ -284,6 +284,8 @@ class SweepReport:
     more: bool = False
     """The pass stopped at its `limit`: the next one goes on."""
     dry_run: bool = False
+    tombstones_dropped: int = 0
+    """Tombstones of deleted threads older than the checkpointer's `tombstone_ttl` removed."""
 
     def __str__(self) -> str:
         if self.locked_out:

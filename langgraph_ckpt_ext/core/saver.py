@@ -35,6 +35,8 @@ from .bridge import Bridge, run_inline
 from .config import check_id
 from .failures import unavailable
 from .filters import validate_filter
+from .guard import LEASE_KEY, check_writers, held_leases
+from .leases import Lease
 from .lifecycle import Lifecycle
 from .lifetime import store_lifetime
 from .reading import Reading, list_query
@@ -50,6 +52,31 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+DEFAULT_TOMBSTONE_TTL = 86400.0
+
+
+def check_tombstone_ttl(ttl: float | None) -> float | None:
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0 or (
+            ttl == float("inf")):
+        raise ValueError(f"tombstone_ttl must be a positive number of seconds or None, "
+                         f"not {ttl!r}")
+    return float(ttl)
+
+
+def _with_held_lease(config: RunnableConfig) -> RunnableConfig:
+    """The config of a sync call carrying the lease this context holds for its thread: the
+    call itself runs on the bridge's loop, where this context's variables are not seen."""
+    held = held_leases.get()
+    conf = config.get("configurable") if isinstance(config, dict) else None
+    if not held or not isinstance(conf, dict) or LEASE_KEY in conf:
+        return config
+    token = held.get(conf.get("thread_id"))  # type: ignore[arg-type]
+    if token is None:
+        return config
+    return {**config, "configurable": {**conf, LEASE_KEY: token}}
 
 
 class StoreCheckpointer(Lifecycle, Batches, Reading):
@@ -79,6 +106,15 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
             mapping of its fields, or LangGraph Platform's `checkpointer.ttl` mapping, whose
             `sweep_interval_minutes` starts the background sweeper): see `sweep`.
         sweep_every: seconds between background sweeps (a daemon thread; None: none).
+        writers: `"single"` (default): a run's checkpoint is refused
+            (`ConcurrentWriteError`, nothing stored) when another run wrote the thread since
+            this run read it, so that two runs on one thread never fork its history (see
+            `core.guard` for the rule, which keeps time travel legal); `"last_wins"`: no
+            such check (LangGraph's own savers' behaviour).
+        tombstone_ttl: seconds a deleted thread's tombstone lasts (default a day): late
+            writes of runs that read the thread before the delete are refused
+            (`ThreadDeletedError`); the sweeper removes tombstones older than this. None:
+            none left.
     """
 
     _where = ""  # what `repr` shows of where it stores: a path, a URL without its password
@@ -96,7 +132,11 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
         unsafe_allow_any_class: bool = False,
         retention: Retention | Mapping[str, Any] | None = None,
         sweep_every: float | None = None,
+        writers: str = "single",
+        tombstone_ttl: float | None = DEFAULT_TOMBSTONE_TTL,
     ) -> None:
+        self._single = check_writers(writers) == "single"
+        self._tombstone_ttl = check_tombstone_ttl(tombstone_ttl)
         super().__init__(serde=loading_serde(serde, unsafe_allow_any_class=unsafe_allow_any_class))
         self.schema_chain = schema_chain
         self._auditor: Auditor = Auditor(store)
@@ -142,7 +182,8 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self.run_sync(self.aput(config, checkpoint, metadata, new_versions))
+        return self.run_sync(self.aput(_with_held_lease(config), checkpoint, metadata,
+                                       new_versions))
 
     def put_writes(
         self,
@@ -151,7 +192,7 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self.run_sync(self.aput_writes(config, writes, task_id, task_path))
+        self.run_sync(self.aput_writes(_with_held_lease(config), writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
         self.run_sync(self.adelete_thread(thread_id))
@@ -189,8 +230,36 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
 
     async def adelete_thread(self, thread_id: str) -> None:
         thread_id = check_id(thread_id, "thread_id", required=True)
-        await self._store.delete_thread(thread_id)
+        await self._store.delete_thread(thread_id, self._tombstone_ttl is not None)
         self._log.forget(thread_id)
+
+    # -- one writer per thread --------------------------------------------------------------
+
+    def lease(self, thread_id: str, ttl: float = 30.0, *, wait: float = 0.0,
+              keep_alive: bool = True) -> Lease:
+        """A lease of the thread, for `with` or `async with`: refuses a second run before it
+        starts (`ThreadLeasedError` once `wait` seconds pass), and fences off a holder whose
+        lease expired: every write of the thread without the live lease's token is refused
+        while it lasts, and the token stops working once it expires or another takes it.
+
+        Example:
+            >>> async with checkpointer.lease("t-1", ttl=30) as lease:  # doctest: +SKIP
+            ...     await graph.ainvoke(inputs, lease.config())
+        """
+        return Lease(self._store, self.run_sync, thread_id, ttl, wait, keep_alive)
+
+    async def atombstone(self, thread_id: str) -> float | None:
+        """When the thread was deleted, while its tombstone lasts (None: no tombstone)."""
+        return await self._store.tombstone(check_id(thread_id, "thread_id", required=True))
+
+    def tombstone(self, thread_id: str) -> float | None:
+        """When the thread was deleted, while its tombstone lasts (None: no tombstone)."""
+        return self.run_sync(self.atombstone(thread_id))
+
+    @property
+    def writers(self) -> str:
+        """`"single"` or `"last_wins"` (see the constructor)."""
+        return "single" if self._single else "last_wins"
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         source = check_id(source_thread_id, "source_thread_id", required=True)

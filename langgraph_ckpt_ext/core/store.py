@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequ
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
+from .guard import Guard, LeaseRow
 from .retention import LifecycleEvent, ThreadState
 from .rows import (
     AuditSwitch,
@@ -45,24 +46,44 @@ class Store(Protocol):
     """True for a store whose checkpoint rows must list the blob versions they read (Redis:
     its read scripts fetch exactly those); the others find them by key."""
 
-    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
+    async def write_checkpoint(
+        self, row: CheckpointRow, blobs: Sequence[BlobRow], guard: Guard | None = None
+    ) -> set[str]:
         """Store a checkpoint and its blobs atomically.
 
         A blob with `base_version` is written as a delta only if its base row exists; otherwise
         its `full()` value is written. Returns the channels that fell back so.
+
+        With a `guard`, first decide, atomically with the write (in its transaction, under a
+        lock every writer of the thread takes, or in its script), `core.guard.put_refusal`
+        from what is stored: the namespace's head (newest checkpoint id), whether the thread
+        has a tombstone, its lease row (only needed if `guard.checks`) and the store's epoch
+        (only if `guard.epoch` is set); a refusal is raised and nothing is stored. Two guarded
+        writers of one namespace, in any processes, must never both pass the check against
+        the same head.
         """
         ...
 
-    async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
+    async def write_batch(
+        self, items: Sequence[BatchItem], guards: Sequence[Guard | None] | None = None
+    ) -> list[set[str]]:
         """Store `items` in their order: a checkpoint with its blobs (as `write_checkpoint`)
         or a list of pending writes (as `write_writes`), in one transaction, pipeline or round
         trip where the backend allows. A delta's base may be a blob written earlier in the
         same batch. Returns, per checkpoint item in order, the channels that fell back to a
-        whole value (`write_checkpoint`'s result)."""
+        whole value (`write_checkpoint`'s result).
+
+        `guards`, if given, holds one guard (or None) per item, checked as `write_checkpoint`
+        / `write_writes` do, each against the store as the items before it left it; a
+        refusal of any item stores nothing of the batch and raises it."""
         ...
 
-    async def write_writes(self, rows: Sequence[WriteRow]) -> None:
-        """Store pending writes: a row with idx >= 0 is kept if one exists, idx < 0 replaces."""
+    async def write_writes(self, rows: Sequence[WriteRow], guard: Guard | None = None) -> None:
+        """Store pending writes: a row with idx >= 0 is kept if one exists, idx < 0 replaces.
+
+        With a `guard` (the rows are then of one thread and checkpoint), first decide
+        `core.guard.writes_refusal` atomically with the write, as `write_checkpoint` does
+        (whether their checkpoint exists is only needed for a tombstoned thread)."""
         ...
 
     async def read_checkpoint(
@@ -114,9 +135,11 @@ class Store(Protocol):
         """Pending writes per checkpoint id, each list in `writes_sort_key` order."""
         ...
 
-    async def delete_thread(self, thread_id: str) -> None:
+    async def delete_thread(self, thread_id: str, tombstone: bool = False) -> None:
         """Delete every row of a thread, as one step against its writers (`StoreBusyError`
-        as `delete_checkpoints`)."""
+        as `delete_checkpoints`). `tombstone`: leave the thread's tombstone (stamped
+        `clock()`), which guarded late writes are checked against (see `write_checkpoint`)
+        until `drop_tombstones` removes it. The thread's lease row goes too."""
         ...
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -224,10 +247,11 @@ class Store(Protocol):
         """Record a read of the thread (`read_at` = now), if it has a row."""
         ...
 
-    async def expire_thread(self, thread_id: str, generation: int) -> bool:
-        """Delete the thread as `delete_thread` does, atomically, only if its row's
-        `generation` is still `generation`; False (nothing changed) if it was written since,
-        or has no row."""
+    async def expire_thread(self, thread_id: str, generation: int, tombstone: bool = False
+                            ) -> bool:
+        """Delete the thread as `delete_thread` does (with its `tombstone`), atomically, only
+        if its row's `generation` is still `generation`; False (nothing changed) if it was
+        written since, or has no row."""
         ...
 
     async def mark_swept(self, thread_id: str, generation: int) -> None:
@@ -257,6 +281,48 @@ class Store(Protocol):
         size in bytes before and after (0, 0 where the store cannot tell)."""
         ...
 
+    # -- one writer per thread (`core.guard`): tombstones, leases, the epoch ---------------
+    #
+    # Tombstones and leases are kept apart from the lifecycle rows (a thread's lifecycle row
+    # goes with the thread; its tombstone stays). Times are `clock()`'s.
+
+    async def tombstone(self, thread_id: str) -> float | None:
+        """When the thread's tombstone was left (None: it has none)."""
+        ...
+
+    async def drop_tombstones(self, before: float, limit: int | None) -> int:
+        """Remove tombstones left before `before`, and lease rows that expired before it
+        (at most `limit` of each, None: all); how many tombstones went."""
+        ...
+
+    async def acquire_lease(self, thread_id: str, token: str, ttl: float) -> bool:
+        """Lease the thread to `token` until `clock() + ttl`, atomically, unless another
+        token's lease is live (then False, nothing changed). Taking it again with the same
+        token renews it."""
+        ...
+
+    async def renew_lease(self, thread_id: str, token: str, ttl: float) -> bool:
+        """Extend `token`'s live lease to `clock() + ttl`; False if it expired or another
+        token holds the thread (nothing changed)."""
+        ...
+
+    async def release_lease(self, thread_id: str, token: str) -> None:
+        """Drop `token`'s lease of the thread (nothing if another token holds it)."""
+        ...
+
+    async def read_lease(self, thread_id: str) -> LeaseRow | None:
+        """The thread's lease row (token, expires_at), live or not; None: none."""
+        ...
+
+    async def read_epoch(self) -> int:
+        """The store's writer epoch (0 until raised)."""
+        ...
+
+    async def raise_epoch(self, epoch: int) -> int:
+        """Make the store's epoch at least `epoch`, atomically; the epoch now in force.
+        Guarded writes with an older epoch are refused from then on (`FencedError`)."""
+        ...
+
     def refuses(self, exc: BaseException) -> bool:
         """Whether `exc`, raised by this store, is a request the server answered and refused,
         as it would refuse it again (bad data, a constraint): not an outage to fail over on or
@@ -283,14 +349,18 @@ async def keyset_pages(
         cursor = (last.checkpoint_id, last.checkpoint_ns, last.thread_id)
 
 
-async def write_in_turn(store: Store, items: Sequence[BatchItem]) -> list[set[str]]:
-    """`write_batch` as one call per item, for a store with nothing better."""
+async def write_in_turn(
+    store: Store, items: Sequence[BatchItem], guards: Sequence[Guard | None] | None = None
+) -> list[set[str]]:
+    """`write_batch` as one call per item, for a store with nothing better (and that makes
+    the whole sequence atomic itself: the in-memory store's lock)."""
     out: list[set[str]] = []
-    for item in items:
+    for i, item in enumerate(items):
+        guard = None if guards is None else guards[i]
         if isinstance(item, tuple):
-            out.append(await store.write_checkpoint(*item))
+            out.append(await store.write_checkpoint(item[0], item[1], guard))
         else:
-            await store.write_writes(item)
+            await store.write_writes(item, guard)
     return out
 
 

@@ -20,6 +20,7 @@ from . import codec
 from .appendlog import Plan
 from .auditing import Auditing
 from .config import make_config, put_ids, write_ids
+from .guard import Guard, put_guard, writes_guard
 from .rows import BlobRow, CheckpointRow, WriteRow
 from .versions import any_upgraded, is_upgraded, plain, version_key
 
@@ -36,7 +37,7 @@ class Writing(Auditing):
     ) -> RunnableConfig:
         seal = await self._audited()
         put = await self._prepare_put(config, checkpoint, metadata, new_versions, seal=seal)
-        fell_back = await self._store.write_checkpoint(put.row, put.blobs)
+        fell_back = await self._store.write_checkpoint(put.row, put.blobs, put.guard)
         self._stored(put, fell_back)
         return make_config(put.row.thread_id, put.row.checkpoint_ns, put.row.checkpoint_id)
 
@@ -89,7 +90,23 @@ class Writing(Auditing):
             if self._row_versions or portable else None,
         )
         dropped = tuple(ch for ch in new_versions if ch not in plans)
-        return PreparedPut(row, blobs, plans, [k for k, _ in marks], sealed, dropped)
+        guard = self._put_guard(config, md, parent_id, thread_id)
+        return PreparedPut(row, blobs, plans, [k for k, _ in marks], sealed, dropped, guard)
+
+    def _put_guard(self, config: RunnableConfig, md: Mapping[str, Any], parent: str | None,
+                   thread_id: str) -> Guard | None:
+        """What the store must find for this put (`core.guard`); None: nothing to check."""
+        guard = put_guard(config, md, parent, thread_id, single=self._single,
+                          epoch=self.writer_epoch)
+        if not guard.checks and self._tombstone_ttl is None:
+            return None
+        return guard
+
+    def _writes_guard(self, config: RunnableConfig, thread_id: str) -> Guard | None:
+        guard = writes_guard(config, thread_id, epoch=self.writer_epoch)
+        if not guard.checks and self._tombstone_ttl is None:
+            return None
+        return guard
 
     def _stored(self, put: PreparedPut, fell_back: Collection[str], planned: bool = True) -> None:
         """Remember what a stored checkpoint holds (`planned`: its append plans still need
@@ -126,11 +143,14 @@ class Writing(Auditing):
         task_path: str = "",
     ) -> None:
         rows = self._encode_writes(config, writes, task_id, task_path)
-        if rows and await self._audited():
+        if not rows:
+            return
+        guard = self._writes_guard(config, rows[0].thread_id)
+        if await self._audited():
             with self._auditor.writing(rows):
-                await self._store.write_writes(rows)
-        elif rows:
-            await self._store.write_writes(rows)
+                await self._store.write_writes(rows, guard)
+        else:
+            await self._store.write_writes(rows, guard)
 
     def _encode_writes(
         self,
@@ -154,6 +174,8 @@ class PreparedPut:
     sealed: Any
     dropped: tuple[str, ...]
     """Channels written without an append plan (not lists): the log forgets their chains."""
+    guard: Guard | None = None
+    """What the store must find to take it (`core.guard`)."""
 
 
 def _store_upgraded(
