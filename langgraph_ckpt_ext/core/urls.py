@@ -63,6 +63,22 @@ def _text(name: str, value: str) -> str:
 
 _Convert = Callable[[str, str], Any]
 
+_WRITERS = ("single", "last_wins")
+
+
+def _tombstone_ttl(name: str, value: str) -> float | None:
+    return None if value.lower() in ("none", "off") else _seconds(name, value, zero=False)
+
+
+# Options of every backend (the one-writer rule, `core.guard`).
+_COMMON: dict[str, tuple[_Convert, str]] = {
+    "writers": (lambda n, v: _one_of(n, v, _WRITERS, str.lower),
+                "single (refuse a run's write when another run wrote since it read) or "
+                "last_wins"),
+    "tombstone_ttl": (_tombstone_ttl, "seconds a deleted thread refuses late writes "
+                      "(none: no tombstones)"),
+}
+
 OPTIONS: dict[str, dict[str, tuple[_Convert, str]]] = {
     "memory": {},
     "sqlite": {
@@ -84,6 +100,8 @@ OPTIONS: dict[str, dict[str, tuple[_Convert, str]]] = {
 }
 """Per backend: the query options that are ours (taken out of the URL and given to the
 checkpointer's constructor as keyword arguments), with their conversion and meaning."""
+for _options in OPTIONS.values():
+    _options.update(_COMMON)
 
 
 @dataclass(frozen=True)
