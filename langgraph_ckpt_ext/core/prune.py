@@ -48,7 +48,7 @@ class Pruning(SaverBase):
         events: builtins.list[LifecycleEvent] = []
         for thread_id in check_ids(thread_ids, "thread_id", required=True):
             if strategy == "delete":
-                await self._store.delete_thread(thread_id)
+                await self._store.delete_thread(thread_id, self._tombstone_ttl is not None)
             else:
                 victims = await self._prune_victims(thread_id)
                 if victims:

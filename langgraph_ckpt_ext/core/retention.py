@@ -301,6 +301,8 @@ class SweepReport:
             parts.append(f"skipped {len(self.busy)} being written")
         if self.pinned:
             parts.append(f"{self.pinned} pinned")
+        if self.tombstones_dropped:
+            parts.append(f"removed {self.tombstones_dropped} expired tombstone(s)")
         if self.more:
             parts.append("stopped at its limit (run again to go on)")
         return "; ".join(parts)
