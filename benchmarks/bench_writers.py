@@ -15,10 +15,11 @@ Workloads, per variant and round:
    four checkpoints a turn: input, start, agent, tool), THREADS threads x TURNS turns with
    `ainvoke`, at concurrency 1 (threads one after another) and 16 (16 tasks, each running
    its own thread id). Checkpoints/s: checkpoints stored (counted with `alist` afterwards) /
-   wall time.
+   wall time; and CPU µs per checkpoint (this process's CPU time, every thread of it, not a
+   server's: less moved by other jobs on the machine than wall time).
 2. Direct puts: THREADS chains of PUTS `aput`s (each put's parent the one before, no graph,
-   no read), at concurrency 1 and 16 as above: puts/s. The check's cost per put, without a
-   graph's own work around it.
+   no read), at concurrency 1 and 16 as above: puts/s and CPU µs per put. The check's cost
+   per put, without a graph's own work around it.
 3. Reads: `aget_tuple` of a checkpoint by id (the middle of a chain of PUTS), READS times, and
    of the latest one: mean µs. With the check on, a read by id also reads the head, to stamp
    it into the config it returns; a read of the latest finds the head as it reads.
@@ -98,8 +99,10 @@ def config(thread_id: str, checkpoint_id: str | None = None) -> Any:
     return {"configurable": conf}
 
 
-async def in_flight(jobs: Iterable[Callable[[], Awaitable[None]]], concurrency: int) -> float:
-    """Run the jobs, `concurrency` at a time; seconds taken."""
+async def in_flight(jobs: Iterable[Callable[[], Awaitable[None]]],
+                    concurrency: int) -> tuple[float, float]:
+    """Run the jobs, `concurrency` at a time; seconds taken, and CPU seconds of this process
+    (every thread of it: a backend's driver thread too; not a server's)."""
     sem = asyncio.Semaphore(concurrency)
     gc.collect()  # the previous variant's garbage is not this one's cost
 
@@ -107,9 +110,9 @@ async def in_flight(jobs: Iterable[Callable[[], Awaitable[None]]], concurrency: 
         async with sem:
             await job()
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(bounded(j) for j in jobs))
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 async def count(saver: StoreCheckpointer, thread_ids: Iterable[str]) -> int:
@@ -122,7 +125,9 @@ async def count(saver: StoreCheckpointer, thread_ids: Iterable[str]) -> int:
 # -- the workloads --------------------------------------------------------------------------
 
 
-async def graph_turns(saver: StoreCheckpointer, args: argparse.Namespace, conc: int) -> float:
+async def graph_turns(saver: StoreCheckpointer, args: argparse.Namespace,
+                      conc: int) -> tuple[float, float]:
+    """Checkpoints/s and CPU µs per checkpoint."""
     graph = build_graph(saver)
     tids = [f"g{conc}-{k}" for k in range(args.threads)]
 
@@ -132,13 +137,13 @@ async def graph_turns(saver: StoreCheckpointer, args: argparse.Namespace, conc: 
                 await graph.ainvoke({"log": [f"turn {i}"]}, {"configurable": {"thread_id": tid}})
         return run
 
-    seconds = await in_flight([thread(t) for t in tids], conc)
+    seconds, cpu = await in_flight([thread(t) for t in tids], conc)
     stored = await count(saver, tids)
     expected = 4 * args.threads * args.turns
     if stored != expected:
         raise CheckFailed(f"graph turns at concurrency {conc}: {stored} checkpoints stored, "
                           f"{expected} expected")
-    return stored / seconds
+    return stored / seconds, 1e6 * cpu / stored
 
 
 def small_checkpoint(i: int) -> tuple[Any, Any]:
@@ -149,7 +154,9 @@ def small_checkpoint(i: int) -> tuple[Any, Any]:
     return ckpt, {"n": version, "note": version}
 
 
-async def direct_puts(saver: StoreCheckpointer, args: argparse.Namespace, conc: int) -> float:
+async def direct_puts(saver: StoreCheckpointer, args: argparse.Namespace,
+                      conc: int) -> tuple[float, float]:
+    """Puts/s and CPU µs per put."""
     tids = [f"p{conc}-{k}" for k in range(args.threads)]
 
     def chain(tid: str) -> Callable[[], Awaitable[None]]:
@@ -160,8 +167,9 @@ async def direct_puts(saver: StoreCheckpointer, args: argparse.Namespace, conc: 
                 conf = await saver.aput(conf, ckpt, {"source": "loop", "step": i}, versions)
         return run
 
-    seconds = await in_flight([chain(t) for t in tids], conc)
-    return float(args.threads * args.puts / seconds)
+    seconds, cpu = await in_flight([chain(t) for t in tids], conc)
+    n = args.threads * args.puts
+    return n / seconds, 1e6 * cpu / n
 
 
 async def mean_us(call: Callable[[], Awaitable[Any]], n: int) -> float:
@@ -230,7 +238,8 @@ async def workload(step: str, saver: StoreCheckpointer,
     if step.startswith("graph") or step.startswith("puts"):
         name, conc = step.split()
         run_it = graph_turns if name == "graph" else direct_puts
-        return {step: await run_it(saver, args, int(conc))}
+        rate, cpu = await run_it(saver, args, int(conc))
+        return {step: rate, f"{step} cpu": cpu}
     if step == "reads":
         by_id, latest = await reads(saver, args)
         return {"by id": by_id, "latest": latest}
@@ -290,9 +299,10 @@ def report(backend: str, args: argparse.Namespace,
           f"{args.turns} turns (4 checkpoints a turn), {args.threads} x {args.puts} puts, "
           f"{args.reads} reads")
     print(f"{'workload':<24}{'conc':>5}{'on':>11}{'off':>11}{'on/off':>8}")
-    for name, label in (("graph", "graph turns, ckpt/s"), ("puts", "direct puts, puts/s")):
+    for name, label in (("graph", "graph turns, ckpt/s"), ("graph", "  cpu µs/checkpoint"),
+                        ("puts", "direct puts, puts/s"), ("puts", "  cpu µs/put")):
         for conc in CONCURRENCY:
-            key = f"{name} {conc}"
+            key = f"{name} {conc}" + (" cpu" if "cpu" in label else "")
             on, off = med("on", key), med("off", key)
             print(f"{label:<24}{conc:>5}{on:>11.0f}{off:>11.0f}{ratio(key):>8.2f}")
     for key, label in (("by id", "get_tuple by id, µs"), ("latest", "get_tuple latest, µs")):
