@@ -199,3 +199,9 @@ class SQLiteCheckpointer(Checkpointer):
             await store.close()
             raise
         return await set_up(saver, setup)
+
+    @property
+    def store(self) -> SQLiteStore:
+        """The row store under this checkpointer (leases, tombstones, the epoch: tools and
+        tests reading below the saver interface)."""
+        return self._store  # type: ignore[return-value]
