@@ -317,7 +317,7 @@ def test_an_old_file_is_upgraded_and_its_threads_expire_from_the_upgrade(tmp_pat
     with SQLiteCheckpointer(db) as cp:
         t1 = time.time()
         reader.execute("COMMIT")
-        assert cp.storage_version() == LATEST == 5
+        assert cp.storage_version() == LATEST == 6
         assert pragma(db, "auto_vacuum") == 2  # switched, by one VACUUM at setup
         states = cp.run_sync(cp._store.thread_states(None, 100))[0]
         assert [s.thread_id for s in states] == [f"t{i:02}" for i in range(20)] + ["w-only"]

@@ -11,9 +11,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.bridge import Bridge
+from ...core.guard import check_writers
 from ...core.opening import Opening, set_up
 from ...core.retention import Retention
-from ...core.saver import loading_serde
+from ...core.saver import DEFAULT_TOMBSTONE_TTL, check_tombstone_ttl, loading_serde
 from ...core.urls import parse_url
 from ...migrations import SchemaChain
 from ..checkpointer import Checkpointer
@@ -105,6 +106,14 @@ class SQLiteCheckpointer(Checkpointer):
             may sweep one file: one pass runs at a time (a lock file `<path>-sweep.lock`
             beside it). `vacuum` gives the space of deleted threads back to the file system.
         sweep_every: seconds between background sweeps (None: sweep when asked).
+        writers: `"single"` (default): a run's checkpoint is refused with
+            `ConcurrentWriteError` (nothing of it stored) when another run, in this process
+            or another one sharing the file, wrote the thread since this run read it; the
+            check runs in the write's own transaction. `"last_wins"`: no such check
+            (LangGraph's own savers' behaviour). See `StoreCheckpointer`.
+        tombstone_ttl: seconds a deleted thread's tombstone refuses late writes of runs that
+            read it before the delete (`ThreadDeletedError`; default a day; None: no
+            tombstones). The sweeper removes older ones.
 
     Example:
         >>> cp = SQLiteCheckpointer("agent.db")                      # doctest: +SKIP
@@ -127,10 +136,14 @@ class SQLiteCheckpointer(Checkpointer):
         unsafe_allow_any_class: bool = False,
         retention: Retention | Mapping[str, Any] | None = None,
         sweep_every: float | None = None,
+        writers: str = "single",
+        tombstone_ttl: float | None = DEFAULT_TOMBSTONE_TTL,
         _store: SQLiteStore | None = None,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
         serde = loading_serde(serde, unsafe_allow_any_class=unsafe_allow_any_class)
+        check_writers(writers)
+        check_tombstone_ttl(tombstone_ttl)
         bridge = Bridge("lgckpt-sqlite")
         if not isinstance(conn, aiosqlite.Connection):
             self._where = os.fspath(conn)
@@ -145,7 +158,8 @@ class SQLiteCheckpointer(Checkpointer):
             store, serde=serde, snapshot_every=snapshot_every,
             append_log_bytes=append_log_bytes, bridge=bridge,
             schema_chain=schema_chain, audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
-            retention=retention, sweep_every=sweep_every,
+            retention=retention, sweep_every=sweep_every, writers=writers,
+            tombstone_ttl=tombstone_ttl,
         )
         if setup and _store is None:
             self._setup_or_close()
@@ -185,3 +199,9 @@ class SQLiteCheckpointer(Checkpointer):
             await store.close()
             raise
         return await set_up(saver, setup)
+
+    @property
+    def store(self) -> SQLiteStore:
+        """The row store under this checkpointer (leases, tombstones, the epoch: tools and
+        tests reading below the saver interface)."""
+        return self._store  # type: ignore[return-value]

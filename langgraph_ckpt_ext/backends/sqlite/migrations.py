@@ -121,6 +121,31 @@ MIGRATIONS: list[list[str]] = [
              (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now)
         WHERE tid IS NOT NULL""",
     ],
+    # 6: one writer per thread (`core.guard`): tombstones of deleted threads (kept apart from
+    # the lifecycle rows, which go with the thread), leases with their fencing tokens, and the
+    # store's writer epoch (one row). Times are the checkpointer's `clock()`. A guarded write
+    # reads all of them, with the namespace's head (the primary key serves MAX(checkpoint_id)),
+    # in its own write transaction. A tombstone keeps the newest checkpoint id the delete
+    # removed: pending writes for a newer checkpoint come from a run that started after the
+    # delete (LangGraph may store a step's writes before their checkpoint's put lands).
+    [
+        """CREATE TABLE lgx_tombstones (
+            thread_id TEXT PRIMARY KEY,
+            deleted_at REAL NOT NULL,
+            last_checkpoint_id TEXT NOT NULL DEFAULT ''
+        ) WITHOUT ROWID""",
+        "CREATE INDEX lgx_tombstones_deleted_at ON lgx_tombstones (deleted_at)",
+        """CREATE TABLE lgx_leases (
+            thread_id TEXT PRIMARY KEY,
+            token TEXT NOT NULL,
+            expires_at REAL NOT NULL
+        ) WITHOUT ROWID""",
+        """CREATE TABLE lgx_epoch (
+            one INTEGER PRIMARY KEY CHECK (one = 1),
+            epoch INTEGER NOT NULL
+        )""",
+        "INSERT INTO lgx_epoch (one, epoch) VALUES (1, 0)",
+    ],
 ]
 
 LATEST = len(MIGRATIONS)

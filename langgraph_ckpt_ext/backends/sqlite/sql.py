@@ -128,12 +128,14 @@ SELECT thread_id, checkpoint_ns, checkpoint_id FROM lgx_checkpoints
 WHERE run_id IN ({", ".join(["?"] * n)})"""
 
 
+# Every row of a thread, its lease included (its tombstone, if any, is left after these).
 DELETE_THREAD = [
     "DELETE FROM lgx_checkpoints WHERE thread_id = ?",
     "DELETE FROM lgx_blobs WHERE thread_id = ?",
     "DELETE FROM lgx_writes WHERE thread_id = ?",
     "DELETE FROM lgx_schema_log WHERE thread_id = ?",
     "DELETE FROM lgx_threads WHERE thread_id = ?",
+    "DELETE FROM lgx_leases WHERE thread_id = ?",
 ]
 
 # The schema log (`lgx_schema_log`) is not copied: it records what happened to the source
@@ -252,3 +254,52 @@ SELECT_LIFECYCLE = f"SELECT {_LIFECYCLE_COLS} FROM lgx_lifecycle_log ORDER BY se
 SELECT_THREAD_LIFECYCLE = (
     f"SELECT {_LIFECYCLE_COLS} FROM lgx_lifecycle_log WHERE thread = ? ORDER BY seq"
 )
+
+
+# -- one writer per thread (`core.guard`): tombstones, leases, the epoch -----------------------
+
+# What a guarded write must find (?1 thread, ?2 namespace, ?3 its checkpoint id), in one
+# statement of primary-key probes, run in the write's own transaction: the namespace's head
+# (MAX over the primary key's index), whether the checkpoint exists (for pending writes),
+# the thread's tombstone (the newest checkpoint id its delete removed; NULL: none), its
+# lease row, the store's epoch.
+SELECT_GUARD_FACTS = """
+SELECT (SELECT MAX(checkpoint_id) FROM lgx_checkpoints
+        WHERE thread_id = ?1 AND checkpoint_ns = ?2),
+       EXISTS (SELECT 1 FROM lgx_checkpoints
+               WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3),
+       (SELECT last_checkpoint_id FROM lgx_tombstones WHERE thread_id = ?1),
+       l.token, l.expires_at,
+       (SELECT epoch FROM lgx_epoch)
+FROM (SELECT 1) LEFT JOIN lgx_leases l ON l.thread_id = ?1"""
+
+# Before the thread's rows go (?1 thread, ?2 now): the newest checkpoint id they hold, kept
+# across repeated deletes.
+UPSERT_TOMBSTONE = """
+INSERT INTO lgx_tombstones (thread_id, deleted_at, last_checkpoint_id)
+SELECT ?1, ?2, COALESCE(MAX(checkpoint_id), '') FROM lgx_checkpoints WHERE thread_id = ?1
+ON CONFLICT (thread_id) DO UPDATE SET
+    deleted_at = excluded.deleted_at,
+    last_checkpoint_id = MAX(last_checkpoint_id, excluded.last_checkpoint_id)"""
+SELECT_TOMBSTONE = "SELECT deleted_at FROM lgx_tombstones WHERE thread_id = ?"
+# ?1 before, ?2 at most this many (-1: all)
+DELETE_OLD_TOMBSTONES = """
+DELETE FROM lgx_tombstones WHERE thread_id IN (
+    SELECT thread_id FROM lgx_tombstones WHERE deleted_at < ?1 ORDER BY deleted_at LIMIT ?2)"""
+DELETE_DEAD_LEASES = """
+DELETE FROM lgx_leases WHERE thread_id IN (
+    SELECT thread_id FROM lgx_leases WHERE expires_at < ?1 LIMIT ?2)"""
+
+# ?1 thread, ?2 token, ?3 expires at, ?4 now: taken unless another token's lease is live
+# (the row count says which: 0 when it is).
+ACQUIRE_LEASE = """
+INSERT INTO lgx_leases (thread_id, token, expires_at) VALUES (?1, ?2, ?3)
+ON CONFLICT (thread_id) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at
+WHERE lgx_leases.token = excluded.token OR lgx_leases.expires_at <= ?4"""
+RENEW_LEASE = """
+UPDATE lgx_leases SET expires_at = ?3 WHERE thread_id = ?1 AND token = ?2 AND expires_at > ?4"""
+RELEASE_LEASE = "DELETE FROM lgx_leases WHERE thread_id = ? AND token = ?"
+SELECT_LEASE = "SELECT token, expires_at FROM lgx_leases WHERE thread_id = ?"
+
+SELECT_EPOCH = "SELECT epoch FROM lgx_epoch"
+RAISE_EPOCH = "UPDATE lgx_epoch SET epoch = MAX(epoch, ?)"

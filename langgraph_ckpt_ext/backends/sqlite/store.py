@@ -16,7 +16,8 @@ from typing import Any
 
 import aiosqlite
 
-from ...core.errors import check_storage_version
+from ...core.errors import ConcurrentWriteError, check_storage_version
+from ...core.guard import Guard, LeaseRow, put_refusal, writes_refusal
 from ...core.retention import LifecycleEvent, ThreadState
 from ...core.rows import (
     AuditSwitch,
@@ -194,6 +195,56 @@ def _put_writes(conn: sqlite3.Connection, rows: Sequence[WriteRow]) -> None:
         conn.executemany(sql.INSERT_WRITE_REPLACE, replace)
 
 
+def _facts(conn: sqlite3.Connection, tid: str, ns: str, cid: str) -> tuple[Any, ...]:
+    """(head, checkpoint exists, tombstoned, lease, epoch) of a namespace, as the write's
+    transaction sees them (`sql.SELECT_GUARD_FACTS`).
+
+    On a tombstoned thread a checkpoint newer than every one its delete removed counts as
+    existing: LangGraph stores a step's pending writes without waiting for its checkpoint's
+    put (`durability="async"`), so a new run's writes may come just before their
+    checkpoint; only writes for a checkpoint the delete removed are late."""
+    head, exists, last, token, until, epoch = conn.execute(
+        sql.SELECT_GUARD_FACTS, (tid, ns, cid)).fetchone()
+    lease: LeaseRow | None = None if token is None else (str(token), float(until))
+    tombstoned = last is not None
+    exists = bool(exists) or (tombstoned and cid > str(last))
+    return head, exists, tombstoned, lease, int(epoch)
+
+
+def _check_put(conn: sqlite3.Connection, row: CheckpointRow, guard: Guard, now: float) -> None:
+    """Raise `core.guard.put_refusal`'s error for this put, if any. Runs in the write's
+    transaction (BEGIN IMMEDIATE: every writer of the file, in any process, holds it in
+    turn), before anything of the put is written: two writers never pass against one head."""
+    head, _, tombstoned, lease, epoch = _facts(
+        conn, row.thread_id, row.checkpoint_ns, row.checkpoint_id)
+    refused = put_refusal(guard, row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id,
+                          head, tombstoned, lease, epoch, now)
+    if refused is not None:
+        raise refused
+
+
+def _check_writes(conn: sqlite3.Connection, rows: Sequence[WriteRow], guard: Guard,
+                  now: float) -> None:
+    """Raise `core.guard.writes_refusal`'s error for these pending writes (of one thread and
+    checkpoint), if any; as `_check_put`."""
+    first = rows[0]
+    _, exists, tombstoned, lease, epoch = _facts(
+        conn, first.thread_id, first.checkpoint_ns, first.checkpoint_id)
+    refused: ConcurrentWriteError | None = writes_refusal(
+        guard, first.thread_id, first.checkpoint_ns, first.checkpoint_id, exists, tombstoned,
+        lease, epoch, now)
+    if refused is not None:
+        raise refused
+
+
+def _delete_thread(conn: sqlite3.Connection, thread_id: str, tombstone_at: float | None) -> None:
+    """Every row of the thread, its lease with them; its tombstone left if `tombstone_at`."""
+    if tombstone_at is not None:  # first: it keeps the newest checkpoint id that goes
+        conn.execute(sql.UPSERT_TOMBSTONE, (thread_id, tombstone_at))
+    for statement in sql.DELETE_THREAD:
+        conn.execute(statement, (thread_id,))
+
+
 def _open_lock(path: str) -> int | None:
     """A descriptor of the sweep lock file, or None where a file lock cannot be had."""
     if sys.platform == "win32":
@@ -290,24 +341,42 @@ class SQLiteStore:
 
     # -- writing ----------------------------------------------------------------------------
 
-    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
+    async def write_checkpoint(
+        self, row: CheckpointRow, blobs: Sequence[BlobRow], guard: Guard | None = None
+    ) -> set[str]:
         now = self.clock()
 
-        def op(conn: sqlite3.Connection) -> set[str]:
-            fell_back = _put_checkpoint(conn, row, blobs)
-            conn.execute(sql.UPSERT_THREAD_WRITTEN, (row.thread_id, now))
-            return fell_back
+        if guard is None:
+            def op(conn: sqlite3.Connection) -> set[str]:
+                fell_back = _put_checkpoint(conn, row, blobs)
+                conn.execute(sql.UPSERT_THREAD_WRITTEN, (row.thread_id, now))
+                return fell_back
+        else:
+            # The check and the write are one job of the group commit, in its own SAVEPOINT:
+            # a refusal fails this put alone, the other jobs of its group commit.
+            def op(conn: sqlite3.Connection) -> set[str]:
+                _check_put(conn, row, guard, now)
+                fell_back = _put_checkpoint(conn, row, blobs)
+                conn.execute(sql.UPSERT_THREAD_WRITTEN, (row.thread_id, now))
+                return fell_back
 
         return await self._commits.submit(op)  # type: ignore[no-any-return]
 
-    async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
+    async def write_batch(
+        self, items: Sequence[BatchItem], guards: Sequence[Guard | None] | None = None
+    ) -> list[set[str]]:
         """The items in order, as one operation of the group commit: one job on the writer's
         thread, in one SAVEPOINT of one transaction (all of the batch or none of it). Each
         item runs the very statements of its single-item method, so a delta sees the rows of
-        earlier items (its base may be one of them)."""
+        earlier items (its base may be one of them), and each item's guard is checked just
+        before it is written, against the rows of the items before it: a refusal rolls the
+        job's SAVEPOINT back, leaving nothing of the batch."""
         batch = list(items)
         if not batch:
             return []
+        checks = [None] * len(batch) if guards is None else list(guards)
+        if len(checks) != len(batch):
+            raise ValueError(f"{len(checks)} guards for {len(batch)} batch items")
         now = self.clock()
         threads: dict[str, None] = {}  # each thread's lifecycle row once per batch
         for item in batch:
@@ -318,32 +387,39 @@ class SQLiteStore:
 
         def op(conn: sqlite3.Connection) -> list[set[str]]:
             out: list[set[str]] = []
-            for item in batch:
+            for item, guard in zip(batch, checks, strict=True):
                 if isinstance(item, tuple):
+                    if guard is not None:
+                        _check_put(conn, item[0], guard, now)
                     out.append(_put_checkpoint(conn, *item))
                 else:
+                    if guard is not None and item:
+                        _check_writes(conn, item, guard, now)
                     _put_writes(conn, item)
             _wrote(conn, threads, now)
             return out
 
         return await self._commits.submit(op)  # type: ignore[no-any-return]
 
-    async def write_writes(self, rows: Sequence[WriteRow]) -> None:
+    async def write_writes(self, rows: Sequence[WriteRow], guard: Guard | None = None) -> None:
         if not rows:
             return
         now = self.clock()
         threads = dict.fromkeys(r.thread_id for r in rows)
 
         def op(conn: sqlite3.Connection) -> None:
+            if guard is not None:
+                _check_writes(conn, rows, guard, now)
             _put_writes(conn, rows)
             _wrote(conn, threads, now)
 
         await self._commits.submit(op)
 
-    async def delete_thread(self, thread_id: str) -> None:
+    async def delete_thread(self, thread_id: str, tombstone: bool = False) -> None:
+        at = self.clock() if tombstone else None
+
         def op(conn: sqlite3.Connection) -> None:
-            for statement in sql.DELETE_THREAD:
-                conn.execute(statement, (thread_id,))
+            _delete_thread(conn, thread_id, at)
 
         await self._commits.submit(op)
 
@@ -450,15 +526,17 @@ class SQLiteStore:
     async def mark_swept(self, thread_id: str, generation: int) -> None:
         await self._lifecycle_write(sql.MARK_SWEPT, (int(generation), thread_id))
 
-    async def expire_thread(self, thread_id: str, generation: int) -> bool:
+    async def expire_thread(self, thread_id: str, generation: int, tombstone: bool = False
+                            ) -> bool:
+        at = self.clock() if tombstone else None
+
         # In the write transaction (BEGIN IMMEDIATE) every writer of the file, in any process,
         # takes in turn: no write of the thread can come between the check and the deletes.
         def op(conn: sqlite3.Connection) -> bool:
             found = conn.execute(sql.SELECT_GENERATION, (thread_id,)).fetchone()
             if found is None or int(found[0]) != generation:
                 return False
-            for statement in sql.DELETE_THREAD:
-                conn.execute(statement, (thread_id,))
+            _delete_thread(conn, thread_id, at)
             return True
 
         return await self._commits.submit(op)  # type: ignore[no-any-return]
@@ -531,6 +609,57 @@ class SQLiteStore:
             return before, _file_size(conn, path)
 
         return await self._writer.call(op)
+
+    # -- one writer per thread: tombstones, leases, the epoch --------------------------------
+    #
+    # Changes go through the group commit (the write transaction every writer of the file
+    # takes in turn), so a lease taken here and a guarded write elsewhere never interleave.
+
+    async def _change(self, statement: str, params: Sequence[Any]) -> int:
+        """Run one statement in the write transaction; the rows it changed."""
+        def op(conn: sqlite3.Connection) -> int:
+            return int(conn.execute(statement, params).rowcount)
+
+        return await self._commits.submit(op)  # type: ignore[no-any-return]
+
+    async def tombstone(self, thread_id: str) -> float | None:
+        rows = await self._fetchall(sql.SELECT_TOMBSTONE, (thread_id,))
+        return float(rows[0][0]) if rows else None
+
+    async def drop_tombstones(self, before: float, limit: int | None) -> int:
+        bound = -1 if limit is None else int(limit)
+
+        def op(conn: sqlite3.Connection) -> int:
+            conn.execute(sql.DELETE_DEAD_LEASES, (before, bound))
+            return int(conn.execute(sql.DELETE_OLD_TOMBSTONES, (before, bound)).rowcount)
+
+        return await self._commits.submit(op)  # type: ignore[no-any-return]
+
+    async def acquire_lease(self, thread_id: str, token: str, ttl: float) -> bool:
+        now = self.clock()
+        return await self._change(sql.ACQUIRE_LEASE, (thread_id, token, now + ttl, now)) == 1
+
+    async def renew_lease(self, thread_id: str, token: str, ttl: float) -> bool:
+        now = self.clock()
+        return await self._change(sql.RENEW_LEASE, (thread_id, token, now + ttl, now)) == 1
+
+    async def release_lease(self, thread_id: str, token: str) -> None:
+        await self._change(sql.RELEASE_LEASE, (thread_id, token))
+
+    async def read_lease(self, thread_id: str) -> LeaseRow | None:
+        rows = await self._fetchall(sql.SELECT_LEASE, (thread_id,))
+        return (str(rows[0][0]), float(rows[0][1])) if rows else None
+
+    async def read_epoch(self) -> int:
+        rows = await self._fetchall(sql.SELECT_EPOCH, ())
+        return int(rows[0][0]) if rows else 0
+
+    async def raise_epoch(self, epoch: int) -> int:
+        def op(conn: sqlite3.Connection) -> int:
+            conn.execute(sql.RAISE_EPOCH, (int(epoch),))
+            return int(conn.execute(sql.SELECT_EPOCH).fetchone()[0])
+
+        return await self._commits.submit(op)  # type: ignore[no-any-return]
 
     # -- reading ----------------------------------------------------------------------------
 
