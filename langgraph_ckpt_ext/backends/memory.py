@@ -85,7 +85,8 @@ class MemoryStore:
         self.audit_log: list[AuditSwitch] = []
         self.threads: dict[str, ThreadState] = {}  # lifecycle rows
         self.lifecycle: list[LifecycleEvent] = []
-        self.tombstones: dict[str, float] = {}
+        # thread_id -> (deleted at, the newest checkpoint id the delete removed)
+        self.tombstones: dict[str, tuple[float, str]] = {}
         self.leases: dict[str, LeaseRow] = {}
         self.epoch = 0
         self.clock: Callable[[], float] = time.time
@@ -124,7 +125,9 @@ class MemoryStore:
                         ) -> ConcurrentWriteError | None:
         first = rows[0]
         key = (first.thread_id, first.checkpoint_ns)
-        exists = first.checkpoint_id in self.checkpoints.get(key, {})
+        tomb = self.tombstones.get(first.thread_id)
+        exists = first.checkpoint_id in self.checkpoints.get(key, {}) or (
+            tomb is not None and first.checkpoint_id > tomb[1])
         return writes_refusal(guard, first.thread_id, first.checkpoint_ns, first.checkpoint_id,
                               exists, first.thread_id in self.tombstones,
                               self.leases.get(first.thread_id), self.epoch, self.clock())
@@ -281,7 +284,10 @@ class MemoryStore:
     async def delete_thread(self, thread_id: str, tombstone: bool = False) -> None:
         with self._lock:
             if tombstone:
-                self.tombstones[thread_id] = self.clock()
+                ids = [cid for key in self.checkpoints.keys_of(thread_id)
+                       for cid in self.checkpoints[key]]
+                before = self.tombstones.get(thread_id, (0.0, ""))[1]
+                self.tombstones[thread_id] = (self.clock(), max([before, *ids]))
             self.leases.pop(thread_id, None)
             for ns_key in self.checkpoints.keys_of(thread_id):
                 self.latest.pop(ns_key, None)
@@ -479,11 +485,12 @@ class MemoryStore:
 
     async def tombstone(self, thread_id: str) -> float | None:
         with self._lock:
-            return self.tombstones.get(thread_id)
+            tomb = self.tombstones.get(thread_id)
+            return None if tomb is None else tomb[0]
 
     async def drop_tombstones(self, before: float, limit: int | None) -> int:
         with self._lock:
-            old = [t for t, at in self.tombstones.items() if at < before][:limit]
+            old = [t for t, (at, _) in self.tombstones.items() if at < before][:limit]
             for t in old:
                 del self.tombstones[t]
             dead = [t for t, (_, until) in self.leases.items() if until < before][:limit]

@@ -187,8 +187,12 @@ def writes_refusal(
     epoch: int = 0,
     now: float = 0.0,
 ) -> ConcurrentWriteError | None:
-    """The error pending writes must fail with, or None. `exists`: their checkpoint is stored
-    (only consulted for a tombstoned thread)."""
+    """The error pending writes must fail with, or None. `exists` (only consulted for a
+    tombstoned thread): their checkpoint is stored, or is newer than the newest checkpoint
+    the delete removed (the tombstone keeps that id). LangGraph does not wait for a
+    checkpoint's put before storing pending writes against it, so a new run's writes may
+    arrive just before their checkpoint: only writes for a checkpoint the delete removed
+    (or older) are late."""
     refused = _holder_refusal(guard, thread_id, ns, lease, epoch, now)
     if refused is not None or guard.apply:
         return refused

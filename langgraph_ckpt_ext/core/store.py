@@ -83,7 +83,8 @@ class Store(Protocol):
 
         With a `guard` (the rows are then of one thread and checkpoint), first decide
         `core.guard.writes_refusal` atomically with the write, as `write_checkpoint` does
-        (whether their checkpoint exists is only needed for a tombstoned thread)."""
+        (whether their checkpoint "exists" is only needed for a tombstoned thread: stored, or
+        newer than the newest checkpoint id its delete removed, which the tombstone keeps)."""
         ...
 
     async def read_checkpoint(
@@ -138,8 +139,10 @@ class Store(Protocol):
     async def delete_thread(self, thread_id: str, tombstone: bool = False) -> None:
         """Delete every row of a thread, as one step against its writers (`StoreBusyError`
         as `delete_checkpoints`). `tombstone`: leave the thread's tombstone (stamped
-        `clock()`), which guarded late writes are checked against (see `write_checkpoint`)
-        until `drop_tombstones` removes it. The thread's lease row goes too."""
+        `clock()`, with the newest checkpoint id deleted), which guarded late writes are
+        checked against (see `write_checkpoint`, `write_writes`) until `drop_tombstones`
+        removes it; deleting a tombstoned thread again keeps the newest id of both. The
+        thread's lease row goes too."""
         ...
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
