@@ -37,8 +37,8 @@ from langgraph_ckpt_ext import (
 from langgraph_ckpt_ext.core.guard import HEAD_KEY
 from langgraph_ckpt_ext.strategies.smart.policies import OnEvents, Periodic
 from tests.core.test_writers import assert_one_chain, history, race
-from tests.support.lifecycle import Clock, cfg
 from tests.strategies.test_smart import GatedStore, _astored_plan, _checkpoint
+from tests.support.lifecycle import Clock, cfg
 from tests.support.savers import PERSISTENT, SaverHandle, open_saver, params
 
 BACKENDS = ["memory", "sqlite", "postgres", "redis", "redis-cluster"]
