@@ -30,16 +30,20 @@ from langgraph.graph import END, START, StateGraph
 
 from langgraph_ckpt_ext import (
     ConcurrentWriteError,
+    FencedError,
+    ReplicatedCheckpointer,
     SmartCheckpointer,
     ThreadDeletedError,
     ThreadLeasedError,
 )
 from langgraph_ckpt_ext.core.guard import HEAD_KEY
+from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.strategies.smart.policies import OnEvents, Periodic
 from tests.core.test_writers import assert_one_chain, history, race
 from tests.strategies.test_smart import GatedStore, _astored_plan, _checkpoint
 from tests.support.lifecycle import Clock, cfg
 from tests.support.savers import PERSISTENT, SaverHandle, open_saver, params
+from tests.support.unplugged import unplug
 
 BACKENDS = ["memory", "sqlite", "postgres", "redis", "redis-cluster"]
 LATER = Periodic(interval=3600.0)  # nothing written until flush(), an interrupt, close
@@ -354,3 +358,130 @@ async def test_smart_single_writer_batch_waits_for_the_one_out(tmp_path: Path) -
             assert await _astored_plan(h.inner) == [("c2", [["b"]]), ("c1", [["a"]]),
                                                     ("c0", [])]
             assert smart.metrics.flush_failures == 0
+
+
+# -- ReplicatedCheckpointer --------------------------------------------------------------------
+
+
+@pytest.fixture(params=params(BACKENDS))
+def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[SaverHandle,
+                                                                          SaverHandle]]:
+    """A primary's storage and a replica's, each a handle of its own."""
+    with open_saver(request.param, tmp_path / "p") as p, \
+            open_saver(request.param, tmp_path / "r") as r:
+        yield p, r
+
+
+def connection(handle: SaverHandle) -> Any:
+    """Another checkpointer over the handle's storage (another process's connection)."""
+    if handle.backend not in PERSISTENT:
+        return StoreCheckpointer(handle.inner.store)
+    return handle.reopen()
+
+
+def test_replicated_two_concurrent_runs_one_wins(pair: tuple[SaverHandle, SaverHandle]
+                                                 ) -> None:
+    p, r = pair
+    with ReplicatedCheckpointer(p.inner, [r.inner]) as cp:
+        for fresh, t in ((False, "t"), (True, "n")):
+            assert race(cp, t, fresh) == ["refused", "won"]
+            assert cp.flush(timeout=30)
+            assert_one_chain(p.inner, t)
+            assert_one_chain(r.inner, t)
+        assert not cp.status().primary_error and cp.status().replicas[0].up
+
+
+def test_replicated_lease_tombstone_writers_go_to_the_primary(
+    pair: tuple[SaverHandle, SaverHandle]
+) -> None:
+    p, r = pair
+    with ReplicatedCheckpointer(p.inner, [r.inner]) as cp:
+        assert cp.writers == "single"
+        graph = steps_graph().compile(checkpointer=cp)
+        config = {"configurable": {"thread_id": "d"}}
+        graph.invoke({"log": ["start"]}, config)
+        with cp.lease("d", ttl=30, keep_alive=False), pytest.raises(ThreadLeasedError), \
+                p.inner.lease("d", ttl=30):
+            pass
+        late = cp.get_tuple(config)
+        cp.delete_thread("d")
+        assert cp.flush(timeout=30)
+        assert cp.tombstone("d") is not None and p.inner.tombstone("d") is not None
+        assert r.inner.tombstone("d") is not None  # the delete replicated with its tombstone
+        with pytest.raises(ThreadDeletedError):
+            cp.put(late.config, {**late.checkpoint, "id": "1f1ffffa-0000-6000-8000-000000000000"},
+                   {"source": "loop", "step": 3}, {})
+        assert history(p.inner, "d") == [] and history(r.inner, "d") == []
+
+
+def test_replicated_promotion_fences_off_the_demoted_primarys_writers(
+    pair: tuple[SaverHandle, SaverHandle]
+) -> None:
+    """Two nodes over the same primary and replica stores. Node 1 loses the primary and
+    promotes the replica (a newer epoch there); node 2, still writing through the old
+    primary, has its applies to the promoted store refused (`status()` says fenced, its next
+    write raises `FencedError`); once the old primary answers node 1 raises its epoch first,
+    and node 2's writes through it are refused. Node 1's history stays one chain."""
+    p, r = pair
+    p1, r1 = connection(p), connection(r)
+    switch = unplug(p1)
+    node1 = ReplicatedCheckpointer(p1, [r1], promote=True, retry_primary_after=0.05,
+                                   names=["replica"])
+    node2 = ReplicatedCheckpointer(p.inner, [r.inner], names=["replica"])
+    try:
+        g1 = steps_graph().compile(checkpointer=node1)
+        g2 = steps_graph().compile(checkpointer=node2)
+        one, two = {"configurable": {"thread_id": "one"}}, {"configurable": {"thread_id": "two"}}
+        g1.invoke({"log": ["start"]}, one)
+        g2.invoke({"log": ["start"]}, two)
+        assert node1.flush(timeout=30) and node2.flush(timeout=30)
+
+        switch.down = True  # node 1 loses the primary: the replica is promoted, epoch 1
+        g1.invoke({"log": ["after failover"]}, one)
+        assert node1.primary is r1 and r1.writer_epoch == 1
+        assert r.inner.run_sync(r.inner._store.read_epoch()) == 1
+
+        # node 2 still reaches the old primary: its write lands there, but the promoted
+        # store refuses its apply (epoch 0 < 1), and says so; never retried
+        g2.invoke({"log": ["through the old primary"]}, two)
+        assert node2.flush(timeout=30)
+        status = node2.status().replicas[0]
+        assert status.fenced and "FencedError" in (status.last_error or "")
+        assert status.needs_repair and "FENCED" in str(node2.status())
+        with pytest.raises(FencedError):
+            g2.invoke({"log": ["again"]}, two)
+
+        switch.down = False  # the old primary answers: fenced first, then a replica
+        wait_until(lambda: node1.status().replicas[0].up, 30)
+        assert p.inner.run_sync(p.inner._store.read_epoch()) == 1
+        late = p.inner.get_tuple(cfg("two"))
+        with pytest.raises(FencedError):  # any writer of the old primary with epoch 0
+            p.inner.put(late.config, {**late.checkpoint,
+                                      "id": "1f1ffffb-0000-6000-8000-000000000000"},
+                        {"source": "loop", "step": 9}, {})
+
+        g1.invoke({"log": ["later"]}, one)
+        assert node1.flush(timeout=30)
+        report = node1.repair()
+        assert all(x.error is None for x in report.replicas), report.summary()
+        assert_one_chain(r.inner, "one")
+        assert_one_chain(p.inner, "one")
+        assert [t.checkpoint["id"] for t in history(p.inner, "one")] == [
+            t.checkpoint["id"] for t in history(r.inner, "one")]
+        assert not node1.status().replicas[0].fenced
+    finally:
+        node1.close(timeout=5)
+        node2.close(timeout=5)
+        for c in (p1, r1):
+            if c is not p.inner and c is not r.inner and p.backend in PERSISTENT:
+                c.close()
+
+
+def wait_until(check: Any, timeout: float) -> None:
+    """Poll a background thread's progress (not a TTL): fail after `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
