@@ -87,6 +87,19 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, LifecycleForwarded
     its `close`. A read served from the buffer is not recorded as a read (`refresh_on_read`):
     that thread is buffered, hence active, and its flush records a later write anyway.
 
+    One writer per thread (an inner checkpointer with `writers="single"`, `core.guard`): a
+    read served from the buffer carries the head as buffer and store together show it, so a
+    run that starts from it chains, or forks on purpose, exactly as without the wrapper. A
+    put the buffered head already refuses (another run of this process got there first) is
+    refused as it comes (`ConcurrentWriteError`, nothing queued). A batch the store refuses
+    (another writer, a tombstone, a lease, an epoch) stores nothing: that thread's buffered
+    items are dropped (the other threads' are written) and the run that wrote them gets the
+    error from its own flush (the put or put_writes of an event, or of its end), else from
+    its next put or put_writes on them; `flush()` raises it too. A run whose end stays
+    buffered (a periodic policy) may have returned by then: `metrics.writes_refused` counts
+    such batches. Writes inside `with checkpointer.lease(...)` carry its token wherever they
+    are flushed from; `lease`, `tombstone` and `writers` are the inner checkpointer's.
+
     Args:
         inner: the checkpointer that stores (ours or any `BaseCheckpointSaver`).
         policy: when to write a thread's buffer (default `OnEvents()`: at once on an interrupt,
