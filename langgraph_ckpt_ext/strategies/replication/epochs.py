@@ -13,6 +13,11 @@ from typing import Any
 from ...core.saver import StoreCheckpointer
 
 
+def has_epoch(saver: Any) -> bool:
+    """Whether `saver` keeps an epoch (one of ours)."""
+    return isinstance(saver, StoreCheckpointer)
+
+
 def read_epoch(saver: Any) -> int | None:
     """The epoch of `saver`'s store (None: not one of ours)."""
     if not isinstance(saver, StoreCheckpointer):

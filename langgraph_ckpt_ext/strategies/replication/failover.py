@@ -14,7 +14,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from ...core.bridge import either
 from ...core.errors import PrimaryUnavailableError
 from .calls import caller_gone, in_thread
-from .epochs import fence_store, read_epoch, write_with
+from .epochs import fence_store, has_epoch, read_epoch, write_with
 from .failures import classifier, describe
 from .fanout import Fanout, View
 
@@ -56,9 +56,9 @@ class Failover:
         """Before the first write: the primary's epoch, which this node's writes (to the
         primary, and the applies to its replicas) carry from then on. Unreachable: the next
         write tries again (the write itself fails over as it would)."""
-        if self.epoch is not None:
-            return
         primary = self.primary
+        if self.epoch is not None or not has_epoch(primary):
+            return
         try:
             epoch = await either(sync, read_epoch, in_thread(read_epoch), primary)
         except Exception as exc:
