@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from .errors import (
     CheckpointNotFoundError,
+    ConcurrentWriteError,
     InvalidConfigError,
     InvalidFilterError,
     MissingBaseError,
@@ -27,6 +28,7 @@ CALLER_ERRORS: tuple[type[BaseException], ...] = (
     InvalidConfigError, InvalidFilterError, SerializationError, CheckpointNotFoundError,
     ThreadExistsError, NotImplementedError, ValueError, TypeError, KeyError,
     MissingBaseError,  # rows that need a base this store lacks: the thread needs a repair
+    ConcurrentWriteError,  # another writer got there first (`core.guard`): no outage
 )
 """Errors that say the call was wrong, not that a store is unreachable."""
 

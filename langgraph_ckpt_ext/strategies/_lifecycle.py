@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from ..core.bridge import run_inline
+from ..core.leases import Lease
 from ..core.lifecycle import BackgroundSweeping
 from ..core.retention import (
     ErasureReport,
@@ -183,6 +184,27 @@ class LifecycleForwarded(Forwarded, BackgroundSweeping):
 
     async def avacuum(self) -> tuple[int, int]:
         return cast("tuple[int, int]", await self._aforward("avacuum", ()))
+
+    # -- one writer per thread: the host's (`StoreCheckpointer.lease`, ...) ---------------------
+
+    def lease(self, thread_id: str, ttl: float = 30.0, *, wait: float = 0.0,
+              keep_alive: bool = True) -> Lease:
+        """A lease of the thread in the host's store (see `StoreCheckpointer.lease`): the
+        writes of this wrapper carry its token wherever they are written from."""
+        return cast(Lease, self._host("lease").lease(thread_id, ttl, wait=wait,
+                                                     keep_alive=keep_alive))
+
+    def tombstone(self, thread_id: str) -> float | None:
+        """When the thread was deleted, while its tombstone lasts (None: no tombstone)."""
+        return cast("float | None", self._host("tombstone").tombstone(thread_id))
+
+    async def atombstone(self, thread_id: str) -> float | None:
+        return cast("float | None", await self._host("atombstone").atombstone(thread_id))
+
+    @property
+    def writers(self) -> str:
+        """The host's `writers` (`"single"` or `"last_wins"`)."""
+        return cast(str, self._host("writers").writers)
 
     # -- sweeping, erasure ---------------------------------------------------------------------
 

@@ -261,19 +261,21 @@ class GatedStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    async def write_batch(self, items: Any) -> Any:
+    async def write_batch(self, items: Any, guards: Any = None) -> Any:
         n = self.calls
         self.calls += 1
         if n < len(self.gates):
             await self.gates[n].wait()
         if n in self.fail:
             raise ConnectionError(f"batch {n} lost")
-        return await self._inner.write_batch(items)
+        return await self._inner.write_batch(items, guards)
 
 
 def _gated(kind: str, tmp_path: Path, gates: int) -> tuple[SaverHandle, GatedStore]:
-    """A backend's saver (in its handle) whose store writes batches through a `GatedStore`."""
-    inner_h = open_saver(kind, tmp_path)
+    """A backend's saver (in its handle) whose store writes batches through a `GatedStore`.
+    `writers="last_wins"`: a batch carries the one still out only then (a carried batch
+    written twice would not chain onto the head the second time: see `Buffer.take`)."""
+    inner_h = open_saver(kind, tmp_path, writers="last_wins")
     inner = inner_h.saver
     inner.setup()
     gated = GatedStore(inner._store, gates)

@@ -96,7 +96,11 @@ class ReplicatedCheckpointer(SaverInterface, TimeTravel, ReplicatedLifecycle):
             cannot be reached (on by default); it may lag behind the primary by its queue.
         promote: when the primary cannot be reached, make that replica the primary for writes
             too (the old primary becomes a replica, marked for a full repair); off by default:
-            writes then fail with `PrimaryUnavailableError`.
+            writes then fail with `PrimaryUnavailableError`. A promotion fences off the old
+            primary's other writers (other processes still configured with it): the
+            promoted store takes a newer epoch, the old primary too once it answers (before
+            its repair); their writes there, and their applies to the promoted store, are
+            refused (`FencedError`; `status()` shows the replica as fenced).
         names: a name per replica for status and reports (default `replica-0`, ...).
         linger: seconds a replica waits after a write comes for more of them, to apply them as
             one batch (async modes; a quorum write goes at once).

@@ -84,11 +84,11 @@ class _Deferred(BaseCheckpointSaver[Any]):
     async def awrite_prepared(self, batches: Any) -> None:
         await self._open().awrite_prepared(batches)
 
-    def write_rows(self, items: Any) -> None:
-        self._open().write_rows(items)
+    def write_rows(self, items: Any, *, epoch: int | None = None) -> None:
+        self._open().write_rows(items, epoch=epoch)
 
-    async def awrite_rows(self, items: Any) -> None:
-        await self._open().awrite_rows(items)
+    async def awrite_rows(self, items: Any, *, epoch: int | None = None) -> None:
+        await self._open().awrite_rows(items, epoch=epoch)
 
     def rows_compatible(self, other: BaseCheckpointSaver[Any]) -> bool:
         return self._open().rows_compatible(other)

@@ -11,8 +11,10 @@ from typing import Any, TypeVar
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from ...core.bridge import either
 from ...core.errors import PrimaryUnavailableError
-from .calls import caller_gone
+from .calls import caller_gone, in_thread
+from .epochs import fence_store, has_epoch, read_epoch, write_with
 from .failures import classifier, describe
 from .fanout import Fanout, View
 
@@ -26,6 +28,8 @@ class Failover:
         self.fanout, self.options = fanout, fanout.options
         self.down_until = 0.0
         self.error: BaseException | None = None
+        self.epoch: int | None = None
+        """The epoch this node writes with (`epochs.py`); None until read."""
 
     @property
     def down(self) -> bool:
@@ -47,6 +51,24 @@ class Failover:
                 raise
             self._down(exc, primary)
             return await call(self.fallback(write, exc, primary))
+
+    async def learn_epoch(self, sync: bool) -> None:
+        """Before the first write: the primary's epoch, which this node's writes (to the
+        primary, and the applies to its replicas) carry from then on. Unreachable: the next
+        write tries again (the write itself fails over as it would)."""
+        primary = self.primary
+        if self.epoch is not None or not has_epoch(primary):
+            return
+        try:
+            epoch = await either(sync, read_epoch, in_thread(read_epoch), primary)
+        except Exception as exc:
+            if classifier(primary)(exc):
+                return
+            raise
+        with self.fanout.lock:
+            if self.epoch is None and self.primary is primary and epoch is not None:
+                self.epoch = epoch
+                write_with([primary, *(r.saver for r in self.fanout.views)], epoch)
 
     def _down(self, exc: BaseException, failed: Saver) -> None:
         with self.fanout.lock:  # atomic with a promotion (which clears this)
@@ -97,6 +119,14 @@ class Failover:
                     replica.cond.wait(0.05)
             replica.stop()
             old = self.primary
+            # A newer epoch: on the promoted store now, on the demoted one once it answers
+            # (`Replica.fence`), so that writers still going through it are fenced off.
+            # (the old primary cannot be asked: it is down; its epoch is known, or it is 0)
+            known = [e for e in (self.epoch, read_epoch(replica.saver)) if e is not None]
+            epoch = max(known, default=0) + 1
+            fence_store(replica.saver, epoch)
+            self.epoch = epoch
+            write_with([old, *(r.saver for r in views)], epoch)
             # The old primary's down window goes first: a call that sees the new primary must
             # not see that window (it would promote another replica in its place).
             self.down_until = 0.0
@@ -105,5 +135,6 @@ class Failover:
             demoted = self.fanout.replica(replica.name, old)
             demoted.up = False
             demoted.repair_all = True
+            demoted.fence = epoch
             views[views.index(replica)] = demoted
             demoted.start()  # probes the old primary until it answers

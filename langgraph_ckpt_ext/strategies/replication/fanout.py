@@ -100,6 +100,13 @@ class Fanout:
     def up(self) -> list[View]:
         return [r for r in self.views if r.up]
 
+    def fenced(self) -> BaseException | None:
+        """The `FencedError` a replica refused this node's writes with, if one did."""
+        for r in self.views:
+            if r.fenced is not None:
+                return r.fenced
+        return None
+
     def best(self) -> View | None:
         """The replica that is up, needs no repair, with the shortest queue."""
         up = self.up()

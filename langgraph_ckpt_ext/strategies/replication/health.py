@@ -26,6 +26,9 @@ class Health:
         self.last_error: BaseException | None = None
         self.repair_all = False
         self.to_repair: set[str] = set()
+        self.fenced: BaseException | None = None
+        """The `FencedError` it refused an apply with: its epoch is newer than this node's
+        primary's (another node promoted it); this node's writes are refused from then on."""
 
     def _queued(self) -> int:
         raise NotImplementedError
@@ -58,6 +61,7 @@ class Health:
             self.applied, self.failures,
             None if self.last_error is None else describe(self.last_error),
             self.repair_all or bool(self.to_repair), len(self.to_repair),
+            self.fenced is not None,
         )
 
     def _mark(self, op: Op) -> None:

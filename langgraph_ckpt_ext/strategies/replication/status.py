@@ -23,6 +23,9 @@ class ReplicaStatus:
     needs_repair: bool
     """Operations were dropped (queue overflow, or the replica refused one): run `repair()`."""
     threads_to_repair: int
+    fenced: bool = False
+    """It refused this node's writes as fenced off (`FencedError`): another node promoted it,
+    this node's primary was demoted, and this node's writes are refused."""
 
 
 @dataclass
@@ -39,6 +42,7 @@ class ReplicationStatus:
                 f"{r.name}: {'up' if r.up else 'DOWN'}, {r.queued} queued, oldest "
                 f"{r.oldest_unreplicated_age:.2f} s, {r.applied} applied, {r.failures} failed"
                 + (", needs repair" if r.needs_repair else "")
+                + (", FENCED (this node's primary was demoted)" if r.fenced else "")
                 + (f", last error: {r.last_error}" if r.last_error else "")
             )
         return "\n".join(lines)

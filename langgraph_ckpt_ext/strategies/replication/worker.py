@@ -12,8 +12,9 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from ...core.errors import ReplicationError
+from ...core.errors import FencedError, ReplicationError
 from ...core.inner import BatchSaver, RowSaver
+from .epochs import fence_store
 from .failures import classifier
 from .health import Health
 from .lifecycle import apply_lifecycle
@@ -37,6 +38,10 @@ class Replica(Health):
         self.inflight: list[Entry] = []  # the batch being applied (while `applying`)
         self.stopping = False
         self.thread: threading.Thread | None = None
+        self.fence: int | None = None
+        """An epoch to raise the replica's store to once it answers, before it applies
+        anything (a primary demoted by this node's promotion: its other writers are fenced
+        off)."""
 
     # The queue is only touched under `cond`.
 
@@ -84,6 +89,9 @@ class Replica(Health):
                 batch = self._head()
                 self.applying, self.inflight = bool(batch), batch
             try:
+                if self.fence is not None:  # a demoted primary: fenced before anything
+                    fence_store(self.saver, self.fence)
+                    self.fence = None
                 if batch:
                     self._apply(batch)
                 else:  # down with nothing queued: probe until it answers
@@ -93,6 +101,8 @@ class Replica(Health):
                     self.applying = False
                     self.failures += 1
                     self.last_error = exc
+                    if isinstance(exc, FencedError):
+                        self.fenced = exc
                     if batch and not classifier(self.saver)(exc):
                         self._refused(batch, exc)
                         continue
@@ -147,7 +157,8 @@ class Replica(Health):
         out: list[Entry] = []
         for entry in self.queue:  # one thread's: a batch is one thread's on some backends
             if ((entry.op.kind == "rows") != rows or entry.op.kind not in BATCHED
-                    or entry.op.threads != first.op.threads or len(out) >= BATCH):
+                    or entry.op.threads != first.op.threads or len(out) >= BATCH
+                    or _epoch(entry.op) != _epoch(first.op)):
                 break
             out.append(entry)
         return out
@@ -156,7 +167,8 @@ class Replica(Health):
         if len(batch) == 1:
             self.apply(batch[0].op)
         elif batch[0].op.kind == "rows":
-            self._rowsaver().write_rows([item for e in batch for item in e.op.args[0]])
+            self._rowsaver().write_rows([item for e in batch for item in e.op.args[0]],
+                                        epoch=_epoch(batch[0].op))
         else:
             assert self._batches is not None  # `_head` makes a batch of puts only then
             self._batches.put_batch([(e.op.kind, *e.op.args) for e in batch])
@@ -170,7 +182,7 @@ class Replica(Health):
         """An op on the replica, through its sync methods (the worker thread's)."""
         a, saver = op.args, self.saver
         if op.kind == "rows":
-            self._rowsaver().write_rows(*a)
+            self._rowsaver().write_rows(a[0], epoch=_epoch(op))
         elif op.kind == "put":
             saver.put(*a)
         elif op.kind == "writes":
@@ -246,3 +258,8 @@ class Replica(Health):
         with self.cond:
             self.stopping = True
             self.cond.notify_all()
+
+
+def _epoch(op: Op) -> int | None:
+    """The epoch of the primary that took a rows op (None: unknown, not checked)."""
+    return op.args[1] if op.kind == "rows" and len(op.args) > 1 else None

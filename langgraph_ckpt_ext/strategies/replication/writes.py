@@ -32,7 +32,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ...core.batch import PreparedBatch
 from ...core.bridge import either
 from ...core.config import thread_id_of
-from ...core.errors import QuorumUnavailableError, ReplicationError
+from ...core.errors import FencedError, QuorumUnavailableError, ReplicationError
 from ...core.inner import Op as InnerOp
 from ...core.inner import RowSaver
 from .calls import in_thread
@@ -62,6 +62,7 @@ class Writer:
         """Write to the primary, then queue the op for the replicas (`args`: the op's, or
         what makes them once the primary is written); a quorum write the other way round."""
         self._check()
+        await self.failover.learn_epoch(sync)
         if self.options.consistency == "quorum":  # values, never rows: `args` is a tuple
             return await self._quorum(sync, kind, call, cast(tuple[Any, ...], args), threads)
         await self.gate.enter(sync, threads)
@@ -79,6 +80,12 @@ class Writer:
             raise ReplicationError(
                 "this ReplicatedCheckpointer is closed: its replicas no longer follow, so it "
                 "takes no more writes (open a new one over the same checkpointers)")
+        fenced = self.fanout.fenced()
+        if fenced is not None:
+            raise FencedError(
+                "this node's primary was demoted by a failover elsewhere (a replica refused "
+                f"its writes as fenced off: {describe(fenced)}); its writes are refused. Open "
+                "a new ReplicatedCheckpointer with the promoted store as its primary") from fenced
         if self.options.consistency != "quorum":
             return
         views, quorum = self.fanout.views, self.options.quorum
@@ -188,9 +195,13 @@ class Writer:
             assert batch is not None  # a portable batch of one op is always made
             await either(sync, saver.write_prepared, saver.awrite_prepared, [batch])
             made.append(batch)
+            epochs.append(getattr(s, "writer_epoch", None))
             return put_config(batch)
 
-        return call, lambda: (made[-1].rows(),)
+        # the rows, with the epoch of the primary that took them: a replica whose epoch is
+        # newer (promoted by another node) refuses them (`FencedError`)
+        epochs: list[int | None] = []
+        return call, lambda: (made[-1].rows(), epochs[-1])
 
 
 def _frozen_put(serde: SerializerProtocol, config: RunnableConfig, checkpoint: Checkpoint,

@@ -5,6 +5,7 @@ runs that ended). Every method takes the buffer's lock; nothing here does I/O or
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import threading
 import time
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ...core.batch import PreparedBatch
+from ...core.errors import ConcurrentWriteError
+from ...core.guard import LEASE_KEY, put_guard, put_refusal
 from . import policies
 from .items import Item, Put, Writes, coalesced, puts
 from .metrics import Metrics
@@ -66,6 +69,13 @@ class Buffer:
     interrupt): written the moment they come. `ended`: (thread, ns) -> id of the checkpoint
     that ended a run and was written at once: a write of that run that comes after it goes at
     once too, so that the run is whole when it returns.
+
+    One writer per thread (an inner checkpointer with `writers="single"`): `refused` maps
+    (thread, ns, checkpoint id) to the `ConcurrentWriteError` that dropped it, from the store
+    (a flush refused: the thread's whole queue goes, nothing of it stored) or from `queue`
+    (a put the buffered head already refuses, checked here so that one run's stale put never
+    sinks the batch of the run that got there first). A later put chaining onto a refused
+    checkpoint, or writes for one, raise that error: it reaches the run that wrote them.
     """
 
     def __init__(self, on_empty: Callable[[], object]) -> None:
@@ -75,14 +85,19 @@ class Buffer:
         self.orphans: OrderedDict[tuple[str, str, str], list[Writes]] = OrderedDict()
         self.urgent: set[tuple[str, str, str]] = set()
         self.ended: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self.refused: OrderedDict[tuple[str, str, str], ConcurrentWriteError] = OrderedDict()
         self.counts = Metrics()
         self._on_empty = on_empty  # the buffer emptied: the timer may let go of its owner
 
-    def queue(self, item: Item, policy: Policy, max_checkpoints: int, max_bytes: int) -> bool:
-        """Queue an item; True if its thread must be written now."""
+    def queue(self, item: Item, policy: Policy, max_checkpoints: int, max_bytes: int,
+              single: bool = False) -> bool:
+        """Queue an item; True if its thread must be written now. `ConcurrentWriteError`
+        (nothing queued) for an item of a refused run, or a put the buffered head refuses
+        (`single`: the head rule applies)."""
         events = item.events
         now = item.at
         with self.lock:
+            self._check(item, single)
             st = self.threads.setdefault(item.thread_id, ThreadQueue())
             gap = now - st.last if st.last else math.inf
             st.rate = 0.7 * st.rate + 0.3 * (1.0 / max(gap, 1e-3))
@@ -118,13 +133,59 @@ class Buffer:
                 _remember(self.ended, (item.thread_id, item.ns), item.checkpoint_id, 1024)
         return due
 
+    def _check(self, item: Item, single: bool) -> None:
+        """Refuse an item of a refused run, or a put the head as buffered refuses (the store
+        checks again when it is written: the buffer knows nothing of other processes)."""
+        t, ns = item.thread_id, item.ns
+        if isinstance(item, Writes):
+            refused = self.refused.get((t, ns, item.checkpoint_id))
+            if refused is not None:
+                raise refused
+            return
+        if item.parent_id is not None:
+            refused = self.refused.get((t, ns, item.parent_id))
+            if refused is not None:
+                _remember(self.refused, (t, ns, item.checkpoint_id), refused, 4096)
+                raise refused
+        st = self.threads.get(t)
+        if not single or st is None:
+            return
+        head = max((i.checkpoint_id for i in st.items() if isinstance(i, Put) and i.ns == ns),
+                   default=None)
+        if head is None:  # nothing of the namespace buffered: the store decides
+            return
+        guard = put_guard(item.config, item.metadata, item.parent_id, t, single=True,
+                          epoch=None)
+        # the head rule alone: leases, tombstones and epochs are the store's to check
+        refusal = put_refusal(dataclasses.replace(guard, lease=None), t, ns, item.parent_id,
+                              head, False)
+        if refusal is not None:
+            _remember(self.refused, (t, ns, item.checkpoint_id), refusal, 4096)
+            self.counts.writes_refused += 1
+            raise refusal
+
+    def other_holder(self, item: Item) -> bool:
+        """Whether the thread's queue holds items of another lease holder (or of none, when
+        this one carries a token): written first in a batch of their own, so that a refusal
+        of one holder's writes never drops another's."""
+        token = item.config.get("configurable", {}).get(LEASE_KEY)
+        with self.lock:
+            st = self.threads.get(item.thread_id)
+            return st is not None and any(
+                i.config.get("configurable", {}).get(LEASE_KEY) != token for i in st.pending)
+
+    def refusal(self, item: Item) -> ConcurrentWriteError | None:
+        """The error that dropped this item from the buffer, if it was refused."""
+        with self.lock:
+            return self.refused.get((item.thread_id, item.ns, item.checkpoint_id))
+
     def over(self, max_bytes: int) -> bool:
         """Whether all threads together hold more than `max_bytes`."""
         with self.lock:
             return sum(t.bytes for t in self.threads.values()) > max_bytes
 
     def take(
-        self, thread_id: str, wake: Callable[[], object], coalesce: bool
+        self, thread_id: str, wake: Callable[[], object], coalesce: bool, carry: bool = True
     ) -> tuple[Flight, list[Flight]] | Literal[False] | None:
         """Move a thread's queue in flight, with the batches still being written that it must
         carry: (flight, carried). None: wait (`wake` is called when a batch of the thread is
@@ -134,14 +195,17 @@ class Buffer:
         the earlier one's rows (our checkpointers, once those rows are made; one batch out at
         a time, not more): it is then one statement holding both, so that once it is stored
         the earlier rows are too, whatever became of their own write. The thread stays a
-        prefix of what was put, in order."""
+        prefix of what was put, in order. Not with `carry` False (the head rule: a batch
+        written again once stored is refused, its checkpoints no longer chain onto the
+        head)."""
         with self.lock:
             st = self.threads.get(thread_id)
             if st is None or not st.pending:
                 return False
             # One batch carried at most: each row is then sent at most twice. (Rows are only
             # made for an inner checkpointer that can carry them.)
-            if st.flights and not (len(st.flights) == 1 and st.flights[0].prepared is not None):
+            if st.flights and not (carry and len(st.flights) == 1
+                                   and st.flights[0].prepared is not None):
                 st.waiters.append(wake)
                 return None
             batch = list(st.pending)
@@ -188,6 +252,9 @@ class Buffer:
             self.counts.last_error = error
             if at < len(st.flights) - 1:
                 return
+            if isinstance(error, ConcurrentWriteError):
+                self._drop_refused(thread_id, st, error)
+                return
             back = st.inflight
             st.flights.clear()
             st.pending.extendleft(reversed(back))
@@ -213,6 +280,22 @@ class Buffer:
             del self.threads[thread_id]
             if not self.threads:
                 self._on_empty()
+
+    def _drop_refused(self, thread_id: str, st: ThreadQueue, error: ConcurrentWriteError
+                      ) -> None:
+        """The store refused the thread's batch: nothing of it was stored, and what was
+        queued since chains onto it; all of it goes, remembered as refused."""
+        dropped = [*st.inflight, *st.pending]
+        st.flights.clear()
+        st.pending.clear()
+        for i in dropped:
+            _remember(self.refused, (i.thread_id, i.ns, i.checkpoint_id), error, 4096)
+            if isinstance(i, Put):
+                self.orphans.pop((i.thread_id, i.ns, i.checkpoint_id), None)
+        self.counts.writes_refused += 1
+        del self.threads[thread_id]
+        if not self.threads:
+            self._on_empty()
 
     def snapshot(self, thread_id: str | None) -> list[Item]:
         """The buffered items of a thread (or all), each checkpoint preceded by the writes

@@ -17,6 +17,7 @@ calls the inner checkpointer's sync methods and never suspends) or awaited.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import (
     AsyncIterator,
@@ -42,7 +43,7 @@ from langgraph.checkpoint.base import (
 from ...connecting import around
 from ...core.bridge import either, run_inline
 from ...core.config import thread_id_of
-from ...core.errors import InvalidConfigError
+from ...core.errors import ConcurrentWriteError, InvalidConfigError
 from ...core.lifetime import Lifetime
 from ...core.opening import Opening
 from ...core.retention import ErasureReport, SweepReport
@@ -85,6 +86,19 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, LifecycleForwarded
     deletes; a background sweeper (`start_sweeper`) sweeps through this wrapper and stops on
     its `close`. A read served from the buffer is not recorded as a read (`refresh_on_read`):
     that thread is buffered, hence active, and its flush records a later write anyway.
+
+    One writer per thread (an inner checkpointer with `writers="single"`, `core.guard`): a
+    read served from the buffer carries the head as buffer and store together show it, so a
+    run that starts from it chains, or forks on purpose, exactly as without the wrapper. A
+    put the buffered head already refuses (another run of this process got there first) is
+    refused as it comes (`ConcurrentWriteError`, nothing queued). A batch the store refuses
+    (another writer, a tombstone, a lease, an epoch) stores nothing: that thread's buffered
+    items are dropped (the other threads' are written) and the run that wrote them gets the
+    error from its own flush (the put or put_writes of an event, or of its end), else from
+    its next put or put_writes on them; `flush()` raises it too. A run whose end stays
+    buffered (a periodic policy) may have returned by then: `metrics.writes_refused` counts
+    such batches. Writes inside `with checkpointer.lease(...)` carry its token wherever they
+    are flushed from; `lease`, `tombstone` and `writers` are the inner checkpointer's.
 
     Args:
         inner: the checkpointer that stores (ours or any `BaseCheckpointSaver`).
@@ -184,8 +198,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, LifecycleForwarded
                    metadata: CheckpointMetadata, new_versions: ChannelVersions, sync: bool
                    ) -> RunnableConfig:
         item, out = self._encoder.put(self.serde, config, checkpoint, metadata, new_versions)
-        if self._queue(item):
-            await self._flusher.thread(item.thread_id, self.coalesce, sync, until_empty=False)
+        if await self._queue_apart(item, sync):
+            await self._write_now(item, sync)
         elif self._buffer.over(4 * self.max_bytes):
             await self._flusher.threads(None, self.coalesce, sync)
         return out
@@ -202,22 +216,41 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, LifecycleForwarded
                           task_id: str, task_path: str, sync: bool) -> None:
         item = writes_item(self.serde, config, writes, task_id, task_path, self.plan_channels,
                            self.side_effect_tools)
-        if self._queue(item):
-            await self._flusher.thread(item.thread_id, self.coalesce, sync, until_empty=False)
+        if await self._queue_apart(item, sync):
+            await self._write_now(item, sync)
+
+    async def _queue_apart(self, item: Item, sync: bool) -> bool:
+        """`_queue`, after writing what another lease holder queued for the thread."""
+        if self._buffer.other_holder(item):
+            with contextlib.suppress(ConcurrentWriteError):  # theirs: told as they put
+                await self._flusher.thread(item.thread_id, self.coalesce, sync)
+        return self._queue(item)
 
     def _queue(self, item: Item) -> bool:
-        """Queue an item; True if its thread must be written now (else the timer watches)."""
-        due = self._buffer.queue(item, self.policy, self.max_checkpoints, self.max_bytes)
+        """Queue an item; True if its thread must be written now (else the timer watches).
+        `ConcurrentWriteError` for an item of a run refused (see `Buffer.refused`)."""
+        due = self._buffer.queue(item, self.policy, self.max_checkpoints, self.max_bytes,
+                                 self._flusher.single)
         if not due:
             self._timer.arm(self)
         return due
 
+    async def _write_now(self, item: Item, sync: bool) -> None:
+        """Write the item's thread; its refusal is raised to the run even when another flush
+        (the timer's, another run's) took the item and was refused."""
+        await self._flusher.thread(item.thread_id, self.coalesce, sync, until_empty=False)
+        refused = self._buffer.refusal(item)
+        if refused is not None:
+            raise refused
+
     def flush(self) -> None:
-        """Write every thread's buffer now (each thread's in one batch)."""
-        run_inline(self._flusher.threads(None, self.coalesce, sync=True))
+        """Write every thread's buffer now (each thread's in one batch). A thread's batch the
+        store refuses (`ConcurrentWriteError`: another writer got there first) is dropped, its
+        run told, and the error raised once the other threads are written."""
+        run_inline(self._flusher.threads(None, self.coalesce, sync=True, refusals=True))
 
     async def aflush(self) -> None:
-        await self._flusher.threads(None, self.coalesce, sync=False)
+        await self._flusher.threads(None, self.coalesce, sync=False, refusals=True)
 
     def _timer_pass(self) -> float:
         """Write the threads due now; seconds until the next one is due."""
@@ -233,10 +266,12 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, LifecycleForwarded
         return self._buffer.snapshot(thread_id)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return run_inline(read_tuple(self.inner, self._snapshot, config, sync=True))
+        return run_inline(read_tuple(self.inner, self._snapshot, config, sync=True,
+                                     stamp=self._flusher.single))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await read_tuple(self.inner, self._snapshot, config, sync=False)
+        return await read_tuple(self.inner, self._snapshot, config, sync=False,
+                                stamp=self._flusher.single)
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None

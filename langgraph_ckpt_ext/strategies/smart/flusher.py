@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ...core.bridge import either, resolve, run_inline
+from ...core.errors import ConcurrentWriteError
 from ...core.inner import BatchSaver, RowSaver
 from ...core.saver import StoreCheckpointer
 from .buffer import Buffer, Flight
@@ -38,20 +39,26 @@ class Flusher:
         # Buffered values are kept serialized (`codec.Encoded`); ours store those bytes as
         # they are, any other checkpointer is given them decoded.
         self.encoded = isinstance(inner, StoreCheckpointer)
+        # One writer per thread: the buffered head is checked at `put`, and a batch is never
+        # written twice (once stored, its checkpoints no longer chain onto the head).
+        self.single = getattr(inner, "writers", None) == "single"
 
-    async def threads(self, thread_ids: Sequence[str] | None, coalesce: bool, sync: bool
-                      ) -> None:
+    async def threads(self, thread_ids: Sequence[str] | None, coalesce: bool, sync: bool,
+                      refusals: bool = False) -> None:
         """Write the buffer of these threads, in turn (None: of every thread, each tried,
-        then the first error raised)."""
-        if thread_ids is not None:
-            for t in thread_ids:
-                await self.thread(str(t), coalesce, sync)
-            return
-        errors = []
-        for thread_id in self.buffer.thread_ids():
+        then the first error raised). A thread's batch refused by the store
+        (`ConcurrentWriteError`) is dropped and its run told (`Buffer.refused`); it is raised
+        here only with `refusals` (after the other threads are written)."""
+        errors: list[Exception] = []
+        for thread_id in self.buffer.thread_ids() if thread_ids is None else thread_ids:
             try:
-                await self.thread(thread_id, coalesce, sync)
+                await self.thread(str(thread_id), coalesce, sync)
+            except ConcurrentWriteError as exc:
+                if refusals:
+                    errors.append(exc)
             except Exception as exc:
+                if thread_ids is not None:
+                    raise
                 errors.append(exc)
         if errors:
             raise errors[0]
@@ -62,7 +69,7 @@ class Flusher:
         this one can carry it); with `until_empty`, also what was queued meanwhile."""
         while True:
             idle = _Idle(sync)
-            took = self.buffer.take(thread_id, idle.wake, coalesce)
+            took = self.buffer.take(thread_id, idle.wake, coalesce, carry=not self.single)
             if took is None:  # another flush of this thread is writing: after it
                 await idle.wait()
                 continue
@@ -106,6 +113,8 @@ class Flusher:
         for thread_id in due:
             try:
                 run_inline(self.thread(thread_id, coalesce, sync=True))
+            except ConcurrentWriteError:  # dropped; its run is told (`Buffer.refused`)
+                pass
             except Exception:  # kept in the buffer and in metrics.last_error; retried
                 wait = min(wait, 1.0)
         return wait

@@ -26,4 +26,7 @@ class Metrics:
     oldest_unflushed_age: float = 0.0
     """Seconds the oldest waiting item has waited."""
     flush_failures: int = 0
+    writes_refused: int = 0
+    """Batches (and puts) refused as another writer got to their thread first
+    (`ConcurrentWriteError`): their items were dropped, and the run that wrote them told."""
     last_error: BaseException | None = None

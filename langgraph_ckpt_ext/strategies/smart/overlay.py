@@ -22,6 +22,7 @@ from ...core import codec
 from ...core.bridge import either
 from ...core.config import checkpoint_id_of, checkpoint_ns_of, make_config, thread_id_of
 from ...core.filters import matches, validate_filter
+from ...core.guard import HEAD_KEY
 from .._forward import either_each
 from .items import Item, Put, Writes, decoded_checkpoint
 
@@ -30,13 +31,31 @@ Snapshot = Callable[[str | None], list[Item]]
 
 
 async def read_tuple(inner: BaseCheckpointSaver[Any], snapshot: Snapshot,
-                     config: RunnableConfig, sync: bool) -> CheckpointTuple | None:
-    """`get_tuple`: from the buffer, else the inner checkpointer's with the buffered writes."""
+                     config: RunnableConfig, sync: bool, stamp: bool = False
+                     ) -> CheckpointTuple | None:
+    """`get_tuple`: from the buffer, else the inner checkpointer's with the buffered writes.
+    `stamp`: the tuple carries the namespace's head as buffer and store together show it
+    (`core.guard.HEAD_KEY`), as the inner checkpointer stamps what it reads."""
     items = snapshot(thread_id_of(config))
     tup, answered = buffered_tuple(config, items)
-    if answered:
-        return tup
-    return merge(await either(sync, inner.get_tuple, inner.aget_tuple, config), items)
+    if not answered:
+        tup = merge(await either(sync, inner.get_tuple, inner.aget_tuple, config), items)
+    return stamped(tup, items) if stamp else tup
+
+
+def stamped(tup: CheckpointTuple | None, items: list[Item]) -> CheckpointTuple | None:
+    """`tup` stamped with its namespace's head: the newest checkpoint buffered, if newer
+    than the head the inner checkpointer stamped (what is buffered goes on top of it)."""
+    if tup is None:
+        return None
+    conf = tup.config["configurable"]
+    ns = conf.get("checkpoint_ns", "")
+    head = max((p.checkpoint_id for p in items if isinstance(p, Put) and p.ns == ns),
+               default=None)
+    stored = conf.get(HEAD_KEY)
+    if head is not None and (not isinstance(stored, str) or head > stored):
+        conf[HEAD_KEY] = head
+    return tup
 
 
 async def listing(
