@@ -115,11 +115,14 @@ class MemoryStore:
             stored[(blob.channel, blob.version)] = replace(blob, full=None)
         return fell_back
 
-    def _put_refusal(self, row: CheckpointRow, guard: Guard, head: str | None
-                     ) -> ConcurrentWriteError | None:
+    def _put_refusal(self, row: CheckpointRow, guard: Guard, head: str | None,
+                     batched: bool = False) -> ConcurrentWriteError | None:
         tid = row.thread_id
+        exists = batched or row.checkpoint_id in self.checkpoints.get(
+            (tid, row.checkpoint_ns), {})
         return put_refusal(guard, tid, row.checkpoint_ns, row.parent_checkpoint_id, head,
-                           tid in self.tombstones, self.leases.get(tid), self.epoch, self.clock())
+                           tid in self.tombstones, self.leases.get(tid), self.epoch,
+                           self.clock(), exists)
 
     def _writes_refusal(self, rows: Sequence[WriteRow], guard: Guard
                         ) -> ConcurrentWriteError | None:
@@ -155,13 +158,17 @@ class MemoryStore:
         with self._lock:  # the lock is re-entrant: no reader sees half a batch
             if guards is not None:  # every item checked (heads as the items before leave
                 heads: dict[_NsKey, str | None] = {}  # them) before any is written
+                written: set[tuple[str, str, str]] = set()
                 for item, guard in zip(items, guards, strict=True):
                     if isinstance(item, tuple):
                         row = item[0]
                         key = (row.thread_id, row.checkpoint_ns)
                         head = heads[key] if key in heads else self.latest.get(key)
-                        refused = None if guard is None else self._put_refusal(row, guard, head)
+                        mine = (*key, row.checkpoint_id)
+                        refused = None if guard is None else self._put_refusal(
+                            row, guard, head, mine in written)
                         heads[key] = max(head or "", row.checkpoint_id)
+                        written.add(mine)
                     else:
                         refused = (None if guard is None or not item
                                    else self._writes_refusal(item, guard))

@@ -46,6 +46,10 @@ class SaverBase(BaseCheckpointSaver[str]):
     writer_epoch: int | None = None
     """The epoch this checkpointer writes with (a `ReplicatedCheckpointer` sets its
     primary's): the store refuses its guarded writes once its own epoch is newer."""
+    replica_apply: bool = False
+    """This checkpointer is a replica of a `ReplicatedCheckpointer`: what it is given to
+    write was decided by the primary, so only the epoch is checked (no head rule, tombstone
+    or lease); a promotion turns it off."""
 
     def _sync_iter(self, agen: AsyncIterator[T]) -> Iterator[T]:
         if self._store.inline:

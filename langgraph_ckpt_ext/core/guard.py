@@ -139,14 +139,17 @@ def put_refusal(
     lease: LeaseRow | None = None,
     epoch: int = 0,
     now: float = 0.0,
+    exists: bool = False,
 ) -> ConcurrentWriteError | None:
     """The error a put must fail with given what the store holds, or None: allowed.
 
     `head`: the newest checkpoint id of the namespace (None: empty); `tombstoned`: the thread
     was deleted and its tombstone lasts; `lease`: the thread's lease row; `epoch`: the
-    store's; `now`: the store's clock."""
+    store's; `now`: the store's clock; `exists`: this very checkpoint (its id) is stored in
+    the namespace already: writing it again is a retry (a commit whose answer was lost, a
+    batch written again), allowed as the upsert it is."""
     refused = _holder_refusal(guard, thread_id, ns, lease, epoch, now)
-    if refused is not None or guard.apply:
+    if refused is not None or guard.apply or exists:
         return refused
     where = f"thread {thread_id!r}" + (f" namespace {ns!r}" if ns else "")
     if head is None:

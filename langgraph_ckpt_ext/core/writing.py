@@ -96,13 +96,22 @@ class Writing(Auditing):
     def _put_guard(self, config: RunnableConfig, md: Mapping[str, Any], parent: str | None,
                    thread_id: str) -> Guard | None:
         """What the store must find for this put (`core.guard`); None: nothing to check."""
+        if self.replica_apply:
+            return self._apply_guard()
         guard = put_guard(config, md, parent, thread_id, single=self._single,
                           epoch=self.writer_epoch)
         if not guard.checks and self._tombstone_ttl is None:
             return None
         return guard
 
+    def _apply_guard(self) -> Guard | None:
+        """A replica's write: the writer's epoch alone is checked."""
+        epoch = self.writer_epoch
+        return None if epoch is None else Guard(False, epoch=epoch, apply=True)
+
     def _writes_guard(self, config: RunnableConfig, thread_id: str) -> Guard | None:
+        if self.replica_apply:
+            return self._apply_guard()
         guard = writes_guard(config, thread_id, epoch=self.writer_epoch)
         if not guard.checks and self._tombstone_ttl is None:
             return None

@@ -196,29 +196,26 @@ def _put_writes(conn: sqlite3.Connection, rows: Sequence[WriteRow]) -> None:
 
 
 def _facts(conn: sqlite3.Connection, tid: str, ns: str, cid: str) -> tuple[Any, ...]:
-    """(head, checkpoint exists, tombstoned, lease, epoch) of a namespace, as the write's
-    transaction sees them (`sql.SELECT_GUARD_FACTS`).
+    """(head, checkpoint stored, checkpoint newer than the tombstone's, tombstoned, lease,
+    epoch) of a namespace, as the write's transaction sees them (`sql.SELECT_GUARD_FACTS`).
 
-    On a tombstoned thread a checkpoint newer than every one its delete removed counts as
-    existing: LangGraph stores a step's pending writes without waiting for its checkpoint's
-    put (`durability="async"`), so a new run's writes may come just before their
-    checkpoint; only writes for a checkpoint the delete removed are late."""
-    head, exists, last, token, until, epoch = conn.execute(
+    On a tombstoned thread, pending writes for a checkpoint newer than every one its delete
+    removed are a new run's (`core.guard.writes_refusal`)."""
+    head, stored, last, token, until, epoch = conn.execute(
         sql.SELECT_GUARD_FACTS, (tid, ns, cid)).fetchone()
     lease: LeaseRow | None = None if token is None else (str(token), float(until))
     tombstoned = last is not None
-    exists = bool(exists) or (tombstoned and cid > str(last))
-    return head, exists, tombstoned, lease, int(epoch)
+    return head, bool(stored), tombstoned and cid > str(last), tombstoned, lease, int(epoch)
 
 
 def _check_put(conn: sqlite3.Connection, row: CheckpointRow, guard: Guard, now: float) -> None:
     """Raise `core.guard.put_refusal`'s error for this put, if any. Runs in the write's
     transaction (BEGIN IMMEDIATE: every writer of the file, in any process, holds it in
     turn), before anything of the put is written: two writers never pass against one head."""
-    head, _, tombstoned, lease, epoch = _facts(
+    head, stored, _, tombstoned, lease, epoch = _facts(
         conn, row.thread_id, row.checkpoint_ns, row.checkpoint_id)
     refused = put_refusal(guard, row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id,
-                          head, tombstoned, lease, epoch, now)
+                          head, tombstoned, lease, epoch, now, stored)
     if refused is not None:
         raise refused
 
@@ -228,8 +225,9 @@ def _check_writes(conn: sqlite3.Connection, rows: Sequence[WriteRow], guard: Gua
     """Raise `core.guard.writes_refusal`'s error for these pending writes (of one thread and
     checkpoint), if any; as `_check_put`."""
     first = rows[0]
-    _, exists, tombstoned, lease, epoch = _facts(
+    _, stored, newer, tombstoned, lease, epoch = _facts(
         conn, first.thread_id, first.checkpoint_ns, first.checkpoint_id)
+    exists = stored or newer
     refused: ConcurrentWriteError | None = writes_refusal(
         guard, first.thread_id, first.checkpoint_ns, first.checkpoint_id, exists, tombstoned,
         lease, epoch, now)

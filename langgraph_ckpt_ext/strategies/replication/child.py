@@ -14,6 +14,7 @@ from typing import IO, Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ...core.saver import StoreCheckpointer
+from .epochs import as_replica
 from .failures import classifier, describe, foreign_unavailable
 from .pipe import read_frame, send_frame
 from .queue import Entry, Op
@@ -38,6 +39,7 @@ class _Deferred(BaseCheckpointSaver[Any]):
             from ...connecting import connect
 
             self.saver = connect(self.url, **self.options)
+            as_replica(self.saver, True)
         return self.saver
 
     def is_unavailable(self, exc: BaseException) -> bool:
@@ -158,6 +160,7 @@ def _open(specs: Sequence[tuple[str, str, dict[str, Any]]], linger: float, outbo
     for i, (name, url, options) in enumerate(specs):
         try:
             saver: BaseCheckpointSaver[Any] = connect(url, **options)
+            as_replica(saver, True)
         except (ConnectionError, OSError):  # down at start: opened once it answers
             saver = _Deferred(url, options)
         replicas.append(ChildReplica(i, name, saver, linger, outbox))

@@ -37,3 +37,10 @@ def write_with(savers: list[Any], epoch: int) -> None:
     for saver in savers:
         if isinstance(saver, StoreCheckpointer):
             saver.writer_epoch = epoch
+
+
+def as_replica(saver: Any, replica: bool) -> None:
+    """Make `saver` (ours) write as a replica (only the epoch checked: the primary decided)
+    or, once promoted, as a primary (every guard)."""
+    if isinstance(saver, StoreCheckpointer):
+        saver.replica_apply = replica

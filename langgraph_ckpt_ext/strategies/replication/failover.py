@@ -14,7 +14,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from ...core.bridge import either
 from ...core.errors import PrimaryUnavailableError
 from .calls import caller_gone, in_thread
-from .epochs import fence_store, has_epoch, read_epoch, write_with
+from .epochs import as_replica, fence_store, has_epoch, read_epoch, write_with
 from .failures import classifier, describe
 from .fanout import Fanout, View
 
@@ -125,6 +125,7 @@ class Failover:
             known = [e for e in (self.epoch, read_epoch(replica.saver)) if e is not None]
             epoch = max(known, default=0) + 1
             fence_store(replica.saver, epoch)
+            as_replica(replica.saver, False)
             self.epoch = epoch
             write_with([old, *(r.saver for r in views)], epoch)
             # The old primary's down window goes first: a call that sees the new primary must

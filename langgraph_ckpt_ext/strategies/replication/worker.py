@@ -14,7 +14,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ...core.errors import FencedError, ReplicationError
 from ...core.inner import BatchSaver, RowSaver
-from .epochs import fence_store
+from .epochs import as_replica, fence_store
 from .failures import classifier
 from .health import Health
 from .lifecycle import apply_lifecycle
@@ -31,6 +31,7 @@ class Replica(Health):
                  linger: float) -> None:
         super().__init__(name, max_queue)
         self.saver, self.linger = saver, linger
+        as_replica(saver, True)  # it writes what the primary decided: the epoch alone checked
         # What the replica can take besides op by op (asked once, here).
         self._batches = saver if isinstance(saver, BatchSaver) else None
         self._rows = saver if isinstance(saver, RowSaver) else None
