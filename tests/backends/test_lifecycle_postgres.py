@@ -233,11 +233,13 @@ def test_storage_from_before_the_rows_is_backfilled_and_swept(schema: str) -> No
     finally:
         cp.close()
 
-    async def downgrade() -> None:  # the tables as the previous storage version had them
+    async def downgrade() -> None:  # the tables as storage version 3 had them
         conn = await asyncpg.connect(PG_DSN, server_settings={"search_path": schema})
         try:
-            await conn.execute("DROP TABLE lgx_threads, lgx_lifecycle_log")
-            await conn.execute("DELETE FROM lgx_migrations WHERE version = $1", LATEST)
+            await conn.execute("DROP TABLE lgx_threads, lgx_lifecycle_log, lgx_tombstones, "
+                               "lgx_leases, lgx_epoch")
+            await conn.execute("DROP FUNCTION lgx_guard_facts, lgx_guard_expect")
+            await conn.execute("DELETE FROM lgx_migrations WHERE version > 3")
         finally:
             await conn.close()
 
@@ -245,7 +247,7 @@ def test_storage_from_before_the_rows_is_backfilled_and_swept(schema: str) -> No
     migrated_at = T0 + 5 * DAY
     cp = saver(schema, migrated_at, setup=False)
     try:
-        assert cp.run_sync(cp.store.storage_version()) == LATEST - 1
+        assert cp.run_sync(cp.store.storage_version()) == 3
         cp.setup()
         assert cp.run_sync(cp.store.storage_version()) == LATEST
         states = cp.run_sync(cp.store.thread_states(None, 10))[0]

@@ -53,8 +53,9 @@ def main(target: str, mode: str, *args: str) -> None:
             store: Any = saver._store
             expire = store.expire_thread
 
-            async def slow_expire(thread_id: str, generation: int, *more: Any) -> bool:
-                done = await expire(thread_id, generation, *more)
+            async def slow_expire(thread_id: str, generation: int, tombstone: bool = False
+                                  ) -> bool:
+                done = await expire(thread_id, generation, tombstone)
                 say(event="expired", thread=thread_id, done=done)
                 if pause:
                     time.sleep(pause)

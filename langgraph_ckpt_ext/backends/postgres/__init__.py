@@ -12,7 +12,7 @@ from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.errors import InvalidConfigError, StoreUnavailableError, require
 from ...core.opening import Opening, set_up
 from ...core.retention import Retention
-from ...core.saver import loading_serde
+from ...core.saver import DEFAULT_TOMBSTONE_TTL, loading_serde
 from ...core.urls import parse_url, redact
 from ...migrations import SchemaChain
 from ..checkpointer import Checkpointer
@@ -61,6 +61,13 @@ class PostgresCheckpointer(Checkpointer):
             pool needs `max_size` >= 2. Behind PgBouncer in transaction mode that session lock
             is not ours to keep: sweep on a direct connection to the server.
         sweep_every: seconds between background sweeps (None: sweep when asked).
+        writers: `"single"` (default): a run's checkpoint is refused (`ConcurrentWriteError`,
+            nothing stored) when another run, in any process, wrote the thread since this run
+            read it; `"last_wins"`: no such check (LangGraph's savers' behaviour). See
+            `StoreCheckpointer`. A put that chains onto the thread's head as this process
+            expects it stays one round trip; otherwise the facts are read in a transaction.
+        tombstone_ttl: seconds a deleted thread's tombstone refuses the late writes of runs
+            that read it before the delete (default a day; None: no tombstones).
         pool_options: passed to `asyncpg.create_pool`, e.g. `min_size`, `max_size`. Behind
             PgBouncer in transaction mode pass `statement_cache_size=0`.
 
@@ -84,6 +91,8 @@ class PostgresCheckpointer(Checkpointer):
         unsafe_allow_any_class: bool = False,
         retention: Retention | Mapping[str, Any] | None = None,
         sweep_every: float | None = None,
+        writers: str = "single",
+        tombstone_ttl: float | None = DEFAULT_TOMBSTONE_TTL,
         **pool_options: Any,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -104,7 +113,8 @@ class PostgresCheckpointer(Checkpointer):
             store, serde=serde, snapshot_every=snapshot_every,
             append_log_bytes=append_log_bytes, schema_chain=schema_chain,
             audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
-            retention=retention, sweep_every=sweep_every,
+            retention=retention, sweep_every=sweep_every, writers=writers,
+            tombstone_ttl=tombstone_ttl,
         )
         if setup:
             self._setup_or_close()
@@ -116,8 +126,8 @@ class PostgresCheckpointer(Checkpointer):
         running event loop).
 
         Args:
-            conn_string: a DSN, with our query options (`schema`, `min_size`, `max_size`; see
-                `connect`) and asyncpg's.
+            conn_string: a DSN, with our query options (`schema`, `min_size`, `max_size`,
+                `writers`, `tombstone_ttl`; see `connect`) and asyncpg's.
             kwargs: as for the constructor.
 
         Example:

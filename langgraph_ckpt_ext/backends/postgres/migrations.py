@@ -104,6 +104,64 @@ MIGRATIONS: list[list[str]] = [
         SELECT thread_id, $1::double precision, $1::double precision, 1
         FROM (SELECT thread_id FROM lgx_checkpoints UNION SELECT thread_id FROM lgx_writes) t""",
     ],
+    # 5: one writer per thread (`core.guard`): tombstones of deleted threads, leases, the
+    # store's writer epoch (one row), and the two functions a guarded write calls after it
+    # holds its thread's row lock. `lgx_guard_facts` is VOLATILE plpgsql, so each of its
+    # queries takes a snapshot of its own: it sees every write committed before the lock was
+    # granted, which a sub-query of the calling statement (whose snapshot predates the wait)
+    # would not. `lgx_guard_expect` aborts the calling statement (SQLSTATE LX001) when the
+    # facts are not the ones its caller decided on.
+    [
+        """CREATE TABLE lgx_tombstones (
+            thread_id TEXT COLLATE "C" PRIMARY KEY,
+            deleted_at DOUBLE PRECISION NOT NULL
+        )""",
+        "CREATE INDEX lgx_tombstones_at ON lgx_tombstones (deleted_at)",
+        """CREATE TABLE lgx_leases (
+            thread_id TEXT COLLATE "C" PRIMARY KEY,
+            token TEXT NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL
+        )""",
+        "CREATE INDEX lgx_leases_expiry ON lgx_leases (expires_at)",
+        """CREATE TABLE lgx_epoch (
+            one BOOLEAN PRIMARY KEY DEFAULT true CHECK (one),
+            epoch BIGINT NOT NULL
+        )""",
+        "INSERT INTO lgx_epoch (one, epoch) VALUES (true, 0)",
+        """CREATE FUNCTION lgx_guard_facts(
+            p_thread TEXT, p_ns TEXT, p_checkpoint TEXT, p_lock_epoch BOOLEAN
+        ) RETURNS TABLE (f_head TEXT, f_tombstoned BOOLEAN, f_token TEXT,
+                         f_expires DOUBLE PRECISION, f_epoch BIGINT, f_exists BOOLEAN)
+        LANGUAGE plpgsql VOLATILE AS $fn$
+        BEGIN
+            IF p_lock_epoch THEN  -- a raise of the epoch waits for this write to commit
+                SELECT e.epoch INTO f_epoch FROM lgx_epoch e FOR SHARE;
+            ELSE
+                SELECT e.epoch INTO f_epoch FROM lgx_epoch e;
+            END IF;
+            SELECT c.checkpoint_id INTO f_head FROM lgx_checkpoints c
+            WHERE c.thread_id = p_thread AND c.checkpoint_ns = p_ns
+            ORDER BY c.checkpoint_id DESC LIMIT 1;
+            f_tombstoned := EXISTS (SELECT 1 FROM lgx_tombstones t WHERE t.thread_id = p_thread);
+            SELECT l.token, l.expires_at INTO f_token, f_expires FROM lgx_leases l
+            WHERE l.thread_id = p_thread;
+            f_exists := p_checkpoint IS NOT NULL AND EXISTS (
+                SELECT 1 FROM lgx_checkpoints c WHERE c.thread_id = p_thread
+                AND c.checkpoint_ns = p_ns AND c.checkpoint_id = p_checkpoint);
+            RETURN NEXT;
+        END
+        $fn$""",
+        """CREATE FUNCTION lgx_guard_expect(p_ok BOOLEAN) RETURNS BOOLEAN
+        LANGUAGE plpgsql VOLATILE AS $fn$
+        BEGIN
+            IF p_ok IS NOT TRUE THEN
+                RAISE EXCEPTION 'lgx: the thread changed since this write was decided'
+                    USING ERRCODE = 'LX001';
+            END IF;
+            RETURN true;
+        END
+        $fn$""",
+    ],
 ]
 
 LATEST = len(MIGRATIONS)

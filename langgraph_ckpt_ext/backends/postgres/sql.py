@@ -85,7 +85,27 @@ def _wrote(source: str, now: str, where: str) -> str:
     SELECT {source}, {now}, {now}, 1 {where}
     ON CONFLICT (thread_id) DO UPDATE SET
         written_at = EXCLUDED.written_at, generation = lgx_threads.generation + 1
-    RETURNING 1"""
+    RETURNING thread_id"""
+
+
+# What a guarded write (`core.guard`) expects its thread to hold, as one SQL condition over
+# the row of `lgx_guard_facts` (f) and parameters from $n on: the head (None: none), whether
+# the thread has a tombstone, the token of the live lease (None: none live; "live" at the
+# write's time, parameter `now`), the store's epoch, and (`exists`) whether the checkpoint of
+# pending writes is stored. The Python caller decided the write on exactly these facts with
+# `core.guard`; the statement takes them as they are once its thread's row lock is held, and
+# `lgx_guard_expect` aborts it (nothing written) if they differ: a compare-and-set of facts,
+# the rule itself is never written in SQL.
+def _expect(n: int, now: str, *, head: bool, exists: bool) -> str:
+    parts = [f"f.f_tombstoned = ${n}::boolean",
+             f"(CASE WHEN f.f_expires > {now} THEN f.f_token END) IS NOT DISTINCT FROM "
+             f"${n + 1}::text",
+             f"f.f_epoch = ${n + 2}::bigint"]
+    if head:
+        parts.append(f"f.f_head IS NOT DISTINCT FROM ${n + 3}::text")
+    if exists:
+        parts.append(f"f.f_exists = ${n + 3}::boolean")
+    return "lgx_guard_expect(" + " AND ".join(parts) + ")"
 
 
 # A whole put in one statement, so one round trip: the thread's row, full blobs, append-deltas
@@ -94,7 +114,17 @@ def _wrote(source: str, now: str, where: str) -> str:
 # prune holds the thread's lock ($19: its key). $20: now. A base is looked up FOR KEY SHARE:
 # one that a prune deleted after this statement's snapshot was taken (its lock released in
 # between) is then not found, rather than found and gone once both commit.
-PUT_CHECKPOINT = f"""
+# Guarded (`PUT_GUARDED`): once the thread's row is locked, the facts the caller expects
+# ($21: lock the epoch row; $22..$25, see `_expect`) are checked before anything else is
+# written; the row lock is what makes two guarded writers of one thread take turns.
+def _put_checkpoint(guarded: bool) -> str:
+    after = "checked" if guarded else "thread_row"
+    check = f"""
+), checked AS (
+    SELECT {_expect(22, "$20::double precision", head=True, exists=False)}
+    FROM thread_row r CROSS JOIN LATERAL lgx_guard_facts(r.thread_id, $2, NULL, $21::boolean) f
+""" if guarded else ""
+    return f"""
 WITH thread_lock AS (
     SELECT {_try_shared("$19::int")} AS ok
 ), bases AS (
@@ -108,12 +138,12 @@ WITH thread_lock AS (
 ), thread_row AS (
     {_wrote("$1", "$20::double precision",
             "WHERE (SELECT ok FROM thread_lock) "
-            "AND (SELECT count(*) FROM bases) = cardinality($7::text[])")}
+            "AND (SELECT count(*) FROM bases) = cardinality($7::text[])")}{check}
 ), full_blobs AS (
     INSERT INTO lgx_blobs (thread_id, checkpoint_ns, channel, version, type, data, base_version)
     SELECT $1, $2, ch, ver, ty, da, NULL
     FROM unnest($3::text[], $4::text[], $5::text[], $6::bytea[]) AS f(ch, ver, ty, da)
-    WHERE EXISTS (SELECT 1 FROM thread_row)
+    WHERE EXISTS (SELECT 1 FROM {after})
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
         type = EXCLUDED.type, data = EXCLUDED.data, base_version = NULL
 ), deltas AS (
@@ -121,13 +151,13 @@ WITH thread_lock AS (
     SELECT $1, $2, d.ch, d.ver, d.ty, d.da, d.base
     FROM unnest($7::text[], $8::text[], $9::text[], $10::bytea[], $11::text[])
         AS d(ch, ver, ty, da, base)
-    WHERE EXISTS (SELECT 1 FROM thread_row)
+    WHERE EXISTS (SELECT 1 FROM {after})
     ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET
         type = EXCLUDED.type, data = EXCLUDED.data, base_version = EXCLUDED.base_version
 ), ckpt AS (
     INSERT INTO lgx_checkpoints ({CHECKPOINT_COLS})
     SELECT $1, $2, $12, $13, $14, $15, $16, $17, $18
-    WHERE EXISTS (SELECT 1 FROM thread_row)
+    WHERE EXISTS (SELECT 1 FROM {after})
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
         parent_checkpoint_id = EXCLUDED.parent_checkpoint_id, run_id = EXCLUDED.run_id,
         type = EXCLUDED.type, checkpoint = EXCLUDED.checkpoint,
@@ -136,6 +166,10 @@ WITH thread_lock AS (
 )
 SELECT (SELECT ok FROM thread_lock) AS locked, (SELECT array_agg(ch) FROM bases) AS landed,
        (SELECT count(*) FROM ckpt) AS stored"""
+
+
+PUT_CHECKPOINT = _put_checkpoint(False)
+PUT_GUARDED = _put_checkpoint(True)
 
 _WRITE_COLS = "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path"
 _WRITE_TYPES = ("text", "text", "text", "text", "int", "text", "text", "bytea", "text")
@@ -173,6 +207,54 @@ WITH threads AS (
         task_path = EXCLUDED.task_path
 )
 SELECT count(*) FROM threads"""
+
+
+# Guarded pending writes of one thread and checkpoint (`write_writes` with a guard): as
+# `WRITE_WRITES`, but first the thread's lock in share mode (tried: $21, its key; if a prune
+# or a lease change holds it, nothing is written and the count is 0), then, under the
+# thread's row lock, the facts the caller expects ($22: ns, $23: checkpoint id, $24: lock the
+# epoch row, $25..$28: see `_expect`).
+WRITE_WRITES_GUARDED = f"""
+WITH thread_lock AS (
+    SELECT {_try_shared("$21::int")} AS ok
+), threads AS (
+    {_wrote("t", "$20::double precision",
+            "FROM unnest($19::text[]) AS t WHERE (SELECT ok FROM thread_lock)")}
+), checked AS (
+    SELECT {_expect(25, "$20::double precision", head=False, exists=True)}
+    FROM threads r CROSS JOIN LATERAL lgx_guard_facts(r.thread_id, $22, $23, $24::boolean) f
+), kept AS (
+    INSERT INTO lgx_writes ({_WRITE_COLS})
+    SELECT * FROM {_unnest(1, *_WRITE_TYPES)} WHERE EXISTS (SELECT 1 FROM checked)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+), replaced AS (
+    INSERT INTO lgx_writes ({_WRITE_COLS})
+    SELECT * FROM {_unnest(10, *_WRITE_TYPES)} WHERE EXISTS (SELECT 1 FROM checked)
+    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
+        channel = EXCLUDED.channel, type = EXCLUDED.type, data = EXCLUDED.data,
+        task_path = EXCLUDED.task_path
+)
+SELECT count(*) FROM checked"""
+
+# The facts of guarded writes as they are, for the caller to decide on (`core.guard`), in a
+# transaction it then writes in: the threads' locks in share mode, waiting ($1: their keys,
+# sorted), their rows locked (created if missing, generation 0 until the write raises it;
+# $2: their ids, sorted; $3: now), then per (thread, namespace, checkpoint id or None)
+# ($4, $5, $6) the facts, read after the locks (`lgx_guard_facts`); $7: lock the epoch row.
+GUARD_FACTS = """
+WITH held AS (
+    SELECT pg_advisory_xact_lock_shared({lock}, k) FROM unnest($1::int[]) AS k
+), locked AS (
+    INSERT INTO lgx_threads (thread_id, created_at, written_at, generation)
+    SELECT t, $3::double precision, $3::double precision, 0 FROM unnest($2::text[]) AS t
+    WHERE (SELECT count(*) FROM held) >= 0
+    ON CONFLICT (thread_id) DO UPDATE SET written_at = lgx_threads.written_at
+    RETURNING thread_id
+)
+SELECT k.n, f.* FROM unnest($4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS k(tid, ns, cid, n)
+JOIN locked r ON r.thread_id = k.tid
+CROSS JOIN LATERAL lgx_guard_facts(r.thread_id, k.ns, k.cid, $7::boolean) f
+ORDER BY k.n""".replace("{lock}", str(THREAD_LOCK))
 
 
 _AFTER_THREADS = "WHERE EXISTS (SELECT 1 FROM threads)"
@@ -351,24 +433,39 @@ SELECT thread_id, checkpoint_ns, checkpoint_id FROM lgx_checkpoints
 WHERE run_id = ANY($1::text[])"""
 
 def _delete_thread(guard: str) -> str:
-    """Every row of thread $1, in one statement, where `guard` (a CTE's name) has a row."""
+    """Every row of thread $1, its lease included, in one statement, where `guard` (a CTE's
+    name) has a row."""
     cond = f"AND EXISTS (SELECT 1 FROM {guard})" if guard else ""
     parts = ", ".join(
         f"d_{table} AS (DELETE FROM lgx_{table} WHERE thread_id = $1 {cond} RETURNING 1)"
-        for table in ("checkpoints", "blobs", "writes", "schema_log", "threads")
+        for table in ("checkpoints", "blobs", "writes", "schema_log", "threads", "leases")
     )
     return parts
 
 
-# A thread's rows, its lifecycle row included (`delete_thread`).
-DELETE_THREAD = f"WITH {_delete_thread('')} SELECT count(*) FROM d_threads"
-# The same only if the thread's row still has generation $2 (`expire_thread`): the row is
-# locked first, so a write of the thread (which raises it) either commits before, and is seen,
-# or waits, and comes after. Returns 1 if the thread went.
+def _tombstone(flag: str, now: str, guard: str) -> str:
+    """The thread's tombstone, left (stamped `now`) if `flag`, and `guard` has a row."""
+    cond = f"AND EXISTS (SELECT 1 FROM {guard})" if guard else ""
+    return f"""tomb AS (
+    INSERT INTO lgx_tombstones (thread_id, deleted_at)
+    SELECT $1, {now} WHERE {flag} {cond}
+    ON CONFLICT (thread_id) DO UPDATE SET deleted_at = EXCLUDED.deleted_at
+)"""
+
+
+# A thread's rows, its lifecycle row and lease included (`delete_thread`), and its tombstone
+# if $2 (stamped $3).
+DELETE_THREAD = f"""
+WITH {_delete_thread('')}, {_tombstone("$2::boolean", "$3::double precision", "")}
+SELECT count(*) FROM d_threads"""
+# The same only if the thread's row still has generation $2 (`expire_thread`; $3, $4: the
+# tombstone and its time): the row is locked first, so a write of the thread (which raises
+# it) either commits before, and is seen, or waits, and comes after. Returns 1 if the thread
+# went.
 EXPIRE_THREAD = f"""
 WITH guard AS (
     SELECT 1 FROM lgx_threads WHERE thread_id = $1 AND generation = $2 FOR UPDATE
-), {_delete_thread("guard")}
+), {_delete_thread("guard")}, {_tombstone("$3::boolean", "$4::double precision", "guard")}
 SELECT count(*) FROM d_threads"""
 
 # A copy, in one statement; the target gets a lifecycle row as a write gives one (if the
@@ -524,9 +621,39 @@ SELECT k, pg_try_advisory_lock(k) FROM (
 ) s"""
 SWEEP_UNLOCK = "SELECT pg_advisory_unlock($1)"
 
+# -- one writer per thread: tombstones, leases, the epoch (`core.guard`) ------------------
+
+SELECT_TOMBSTONE = "SELECT deleted_at FROM lgx_tombstones WHERE thread_id = $1"
+# Tombstones left before $1, and leases expired before it, at most $2 of each (NULL: all).
+DROP_TOMBSTONES = """
+WITH dead_leases AS (
+    DELETE FROM lgx_leases WHERE thread_id IN (
+        SELECT thread_id FROM lgx_leases WHERE expires_at < $1 ORDER BY expires_at LIMIT $2)
+), gone AS (
+    DELETE FROM lgx_tombstones WHERE thread_id IN (
+        SELECT thread_id FROM lgx_tombstones WHERE deleted_at < $1 ORDER BY deleted_at LIMIT $2)
+    RETURNING 1
+)
+SELECT count(*) FROM gone"""
+# Lease thread $1 to token $2 until $3, unless another token's lease is live at $4 (then no
+# row comes back). Its caller holds the thread's lock alone: no guarded write is half-way.
+ACQUIRE_LEASE = """
+INSERT INTO lgx_leases AS l (thread_id, token, expires_at) VALUES ($1, $2, $3)
+ON CONFLICT (thread_id) DO UPDATE SET token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+WHERE l.token = EXCLUDED.token OR l.expires_at <= $4
+RETURNING 1"""
+RENEW_LEASE = """
+UPDATE lgx_leases SET expires_at = $3
+WHERE thread_id = $1 AND token = $2 AND expires_at > $4 RETURNING 1"""
+RELEASE_LEASE = "DELETE FROM lgx_leases WHERE thread_id = $1 AND token = $2"
+SELECT_LEASE = "SELECT token, expires_at FROM lgx_leases WHERE thread_id = $1"
+SELECT_EPOCH = "SELECT epoch FROM lgx_epoch"
+RAISE_EPOCH = "UPDATE lgx_epoch SET epoch = greatest(epoch, $1) RETURNING epoch"
+
 # Our tables: their size in bytes (heap, TOAST and indexes), and VACUUM (outside a transaction).
 TABLES = ("lgx_checkpoints", "lgx_blobs", "lgx_writes", "lgx_schema_log", "lgx_audit_log",
-          "lgx_threads", "lgx_lifecycle_log", "lgx_migrations")
+          "lgx_threads", "lgx_lifecycle_log", "lgx_migrations", "lgx_tombstones", "lgx_leases",
+          "lgx_epoch")
 STORAGE_SIZE = """
 SELECT coalesce(sum(pg_total_relation_size(r)), 0)::bigint
 FROM unnest($1::text[]) AS t(name), LATERAL to_regclass(t.name) AS r WHERE r IS NOT NULL"""

@@ -13,11 +13,13 @@ from typing import Any, TypeVar
 import asyncpg
 
 from ...core.errors import (
+    ConcurrentWriteError,
     InvalidConfigError,
     StoreBusyError,
     StoreUnavailableError,
     check_storage_version,
 )
+from ...core.guard import Guard, LeaseRow, put_refusal, writes_refusal
 from ...core.perloop import PerLoop
 from ...core.retention import LifecycleEvent, ThreadState
 from ...core.rows import (
@@ -36,6 +38,7 @@ from ...core.rows import (
 from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
 from .. import sqlstate
 from . import sql
+from .guarding import Facts, Seen, missed
 from .migrations import LATEST, MIGRATIONS
 
 T = TypeVar("T")
@@ -98,6 +101,7 @@ class PostgresStore:
             raise InvalidConfigError("PostgresStore needs a DSN or a pool")
         self._dsn = dsn
         self.clock: Callable[[], float] = time.time
+        self._seen = Seen()  # facts of guarded writes that rarely change (`guarding`)
         self._schema = schema  # validated by the checkpointer; created by `migrate`
         # A pool per event loop: start each small, let it grow under load. Our operations leave
         # no session state (locks are transaction-scoped, settings come with the connection), so
@@ -237,22 +241,82 @@ class PostgresStore:
 
     # -- writing ----------------------------------------------------------------------------
 
-    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
+    async def write_checkpoint(
+        self, row: CheckpointRow, blobs: Sequence[BlobRow], guard: Guard | None = None
+    ) -> set[str]:
+        """One statement, one round trip, also with a `guard` when the thread is as this
+        process expects it (the put chains onto the head; see `guarding`); otherwise, and
+        when a prune holds the thread or a delta's base is gone, a transaction holding the
+        thread: its facts read under its locks, the decision (`core.guard.put_refusal`), the
+        write."""
         key, now = self.thread_lock_key(row.thread_id), self.clock()
         params = _put_params(row, blobs, key, now)
-        found = await self._run(lambda conn: conn.fetchrow(sql.PUT_CHECKPOINT, *params), tx=False)
-        if found["stored"]:
+        if guard is None:
+            found = await self._run(
+                lambda conn: conn.fetchrow(sql.PUT_CHECKPOINT, *params), tx=False)
+        else:
+            found = await self._put_guarded(row, guard, params, now)
+        if found is not None and found["stored"]:
             return set()
-        # A prune holds the thread, or a delta's base is gone (pruned, or deleted by another
-        # process), and nothing was written: again, holding the thread's lock, in a transaction.
-        return await self._run(lambda conn: _put_holding(conn, row, blobs, key, now), tx=True)
 
-    async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
+        async def op(conn: asyncpg.Connection) -> set[str]:
+            if guard is not None:
+                facts = await self._facts(conn, [key], [(row.thread_id, row.checkpoint_ns, None)],
+                                          guard.epoch is not None, now)
+                refused = _put_refusal(row, guard, facts[0], facts[0].head, now)
+                if refused is not None:
+                    raise refused
+            return await _put_holding(conn, row, blobs, key, now)
+
+        # A prune holds the thread, a delta's base is gone (pruned, or deleted by another
+        # process), or the thread is not as expected, and nothing was written: again, holding
+        # the thread's lock, in a transaction.
+        return await self._run(op, tx=True)
+
+    async def _put_guarded(
+        self, row: CheckpointRow, guard: Guard, params: Sequence[Any], now: float
+    ) -> Any:
+        """`PUT_GUARDED` on the facts expected (None: none worth a try, or not as expected,
+        nothing written)."""
+        expected = self._seen.expect_put(row, guard)
+        if put_refusal(guard, row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id,
+                       *expected.put_facts(now)) is not None:
+            return None  # refused if the guess were right: decide on the facts as they are
+        args = (*params, guard.epoch is not None, *expected.params(), expected.head)
+        try:
+            return await self._run(lambda conn: conn.fetchrow(sql.PUT_GUARDED, *args), tx=False)
+        except asyncpg.PostgresError as exc:
+            if missed(exc):
+                return None
+            raise
+
+    async def _facts(
+        self, conn: asyncpg.Connection, keys: Sequence[int],
+        targets: Sequence[tuple[str, str, str | None]], lock_epoch: bool, now: float,
+    ) -> list[Facts]:
+        """The guard facts of each (thread, ns, checkpoint id or None), read holding the
+        threads' locks and rows until the transaction ends (`GUARD_FACTS`)."""
+        threads = sorted({t for t, _, _ in targets})
+        rows = await conn.fetch(
+            sql.GUARD_FACTS, sorted(set(keys)), threads, now,
+            [t for t, _, _ in targets], [n for _, n, _ in targets], [c for _, _, c in targets],
+            lock_epoch)
+        facts = [Facts(r["f_head"], r["f_tombstoned"], r["f_token"], r["f_expires"],
+                       int(r["f_epoch"]), r["f_exists"]) for r in rows]
+        for (tid, _, _), f in zip(targets, facts, strict=True):
+            self._seen.saw(tid, f)
+        return facts
+
+    async def write_batch(
+        self, items: Sequence[BatchItem], guards: Sequence[Guard | None] | None = None
+    ) -> list[set[str]]:
         """The whole batch in one statement (`WRITE_BATCH`): one round trip, atomic on its
         own, so no BEGIN/COMMIT round trips. Only when a delta's base is missing from storage
         does it take a second statement (that one writes nothing), the delta's value then
         being written whole. Every row is an upsert, so a retry after a lost connection is
-        harmless."""
+        harmless. With `guards`, a transaction: the facts of every guarded item read holding
+        the threads' locks and rows, each item decided in order (`core.guard`), then the
+        batch, or nothing of it."""
         batch = list(items)
         if not batch:
             return []
@@ -277,13 +341,58 @@ class PostgresStore:
                 # at least one more delta whole, so this ends.
                 gone.update((r["tid"], r["ns"], r["ch"], r["ver"]) for r in missing)
 
-        done = await self._run(lambda conn: op(conn, False), tx=False)
+        if guards is not None and any(g is not None for g in guards):
+            checked = list(zip(batch, guards, strict=True))
+
+            async def guarded(conn: asyncpg.Connection) -> list[set[str]] | None:
+                await self._check_batch(conn, checked, keys, now)
+                return await op(conn, True)
+
+            done = await self._run(guarded, tx=True)
+        else:
+            done = await self._run(lambda conn: op(conn, False), tx=False)
         if done is None:  # again, once the prune is done, holding the threads' locks
             done = await self._run(lambda conn: op(conn, True), tx=True)
         assert done is not None
         return done
 
-    async def write_writes(self, rows: Sequence[WriteRow]) -> None:
+    async def _check_batch(
+        self, conn: asyncpg.Connection, checked: Sequence[tuple[BatchItem, Guard | None]],
+        keys: Sequence[int], now: float,
+    ) -> None:
+        """Raise the refusal of the first guarded item refused, each decided on the facts as
+        the items before it leave them (read holding the threads, `_facts`)."""
+        targets: dict[tuple[str, str, str | None], None] = {}
+        for item, guard in checked:  # every put moves a head a later item is checked against
+            if isinstance(item, tuple) or (guard is not None and item):
+                targets[_target(item)] = None
+        facts = dict(zip(targets, await self._facts(
+            conn, keys, list(targets), any(g is not None and g.epoch is not None
+                                           for _, g in checked), now), strict=True))
+        heads: dict[tuple[str, str], str | None] = {}
+        written: set[tuple[str, str, str]] = set()
+        for item, guard in checked:
+            if isinstance(item, tuple):
+                row = item[0]
+                ns_key = (row.thread_id, row.checkpoint_ns)
+                found = facts[_target(item)]
+                head = heads.get(ns_key, found.head)
+                if guard is not None:
+                    refused = _put_refusal(row, guard, found, head, now)
+                    if refused is not None:
+                        raise refused
+                    heads[ns_key] = max(head or "", row.checkpoint_id)
+                written.add((*ns_key, row.checkpoint_id))
+            elif guard is not None and item:
+                found = facts[_target(item)]
+                first = item[0]
+                exists = found.exists or (
+                    (first.thread_id, first.checkpoint_ns, first.checkpoint_id) in written)
+                refused = _writes_refusal(item, guard, found, exists, now)
+                if refused is not None:
+                    raise refused
+
+    async def write_writes(self, rows: Sequence[WriteRow], guard: Guard | None = None) -> None:
         kept: dict[_WriteKey, WriteRow] = {}
         replacing: dict[_WriteKey, WriteRow] = {}
         _add_writes(rows, kept, replacing)
@@ -291,12 +400,51 @@ class PostgresStore:
         if not keep and not replace:
             return
         # One statement (so one round trip, atomic): the threads' rows, then the writes.
+        now = self.clock()
         params = (*_write_columns(keep), *_write_columns(replace),
-                  sorted({w.thread_id for w in rows}), self.clock())
-        await self._run(lambda conn: conn.execute(sql.WRITE_WRITES, *params), tx=False)
+                  sorted({w.thread_id for w in rows}), now)
+        if guard is None:
+            await self._run(lambda conn: conn.execute(sql.WRITE_WRITES, *params), tx=False)
+        elif not await self._writes_guarded(rows, guard, params, now):
+            first = rows[0]
+            key = self.thread_lock_key(first.thread_id)
 
-    async def delete_thread(self, thread_id: str) -> None:
-        await self._alone(thread_id, lambda conn: conn.execute(sql.DELETE_THREAD, thread_id))
+            async def op(conn: asyncpg.Connection) -> None:
+                target = (first.thread_id, first.checkpoint_ns, first.checkpoint_id)
+                facts = (await self._facts(conn, [key], [target], guard.epoch is not None,
+                                           now))[0]
+                refused = _writes_refusal(rows, guard, facts, facts.exists, now)
+                if refused is not None:
+                    raise refused
+                await conn.execute(sql.WRITE_WRITES, *params)
+
+            await self._run(op, tx=True)
+
+    async def _writes_guarded(
+        self, rows: Sequence[WriteRow], guard: Guard, params: Sequence[Any], now: float
+    ) -> bool:
+        """`WRITE_WRITES_GUARDED` on the facts expected; False: nothing written (a guess
+        refused, or not as expected, or the thread held by a prune or a lease change)."""
+        first = rows[0]
+        expected = self._seen.expect_writes(first.thread_id, guard)
+        if writes_refusal(guard, first.thread_id, first.checkpoint_ns, first.checkpoint_id,
+                          *expected.writes_facts(now)) is not None:
+            return False
+        args = (*params, self.thread_lock_key(first.thread_id), first.checkpoint_ns,
+                first.checkpoint_id, guard.epoch is not None, *expected.params(),
+                expected.exists)
+        try:
+            return bool(await self._run(
+                lambda conn: conn.fetchval(sql.WRITE_WRITES_GUARDED, *args), tx=False))
+        except asyncpg.PostgresError as exc:
+            if missed(exc):
+                return False
+            raise
+
+    async def delete_thread(self, thread_id: str, tombstone: bool = False) -> None:
+        now = self.clock()
+        await self._alone(thread_id, lambda conn: conn.execute(
+            sql.DELETE_THREAD, thread_id, tombstone, now))
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         # Both threads held (in share mode, as writers hold them): no prune of the source
@@ -514,14 +662,18 @@ class PostgresStore:
     async def mark_swept(self, thread_id: str, generation: int) -> None:
         await self._execute(sql.MARK_SWEPT, thread_id, generation)
 
-    async def expire_thread(self, thread_id: str, generation: int) -> bool:
+    async def expire_thread(self, thread_id: str, generation: int, tombstone: bool = False
+                            ) -> bool:
         """`delete_thread` if the thread's row still has `generation`: alone on the thread (its
         lock, as `delete_thread` takes it), the row locked, compared, and every row deleted, in
         one transaction. False if it was written since, has no row, or stayed busy for longer
         than lock_timeout (nothing changed: the next pass looks again)."""
 
         async def op(conn: asyncpg.Connection) -> bool:
-            return bool(await conn.fetchval(sql.EXPIRE_THREAD, thread_id, generation))
+            return bool(await conn.fetchval(sql.EXPIRE_THREAD, thread_id, generation,
+                                            tombstone, now))
+
+        now = self.clock()
 
         try:
             return await self._alone(thread_id, op)
@@ -586,6 +738,47 @@ class PostgresStore:
 
         return await self._run(op, tx=False)
 
+    # -- one writer per thread: tombstones, leases, the epoch (`core.guard`) ------------------
+
+    async def tombstone(self, thread_id: str) -> float | None:
+        found = await self._run(lambda conn: conn.fetchval(sql.SELECT_TOMBSTONE, thread_id),
+                                tx=False)
+        return None if found is None else float(found)
+
+    async def drop_tombstones(self, before: float, limit: int | None) -> int:
+        return int(await self._run(
+            lambda conn: conn.fetchval(sql.DROP_TOMBSTONES, before, limit), tx=False))
+
+    async def acquire_lease(self, thread_id: str, token: str, ttl: float) -> bool:
+        """Taken holding the thread alone (`_alone`): a guarded write decided without the
+        lease is committed before, or waits and finds it."""
+        now = self.clock()
+
+        async def op(conn: asyncpg.Connection) -> bool:
+            return bool(await conn.fetchval(sql.ACQUIRE_LEASE, thread_id, token, now + ttl, now))
+
+        return await self._alone(thread_id, op)
+
+    async def renew_lease(self, thread_id: str, token: str, ttl: float) -> bool:
+        now = self.clock()
+        return bool(await self._run(lambda conn: conn.fetchval(
+            sql.RENEW_LEASE, thread_id, token, now + ttl, now), tx=False))
+
+    async def release_lease(self, thread_id: str, token: str) -> None:
+        await self._execute(sql.RELEASE_LEASE, thread_id, token)
+
+    async def read_lease(self, thread_id: str) -> LeaseRow | None:
+        rows = await self._fetch(sql.SELECT_LEASE, thread_id)
+        return (rows[0][0], float(rows[0][1])) if rows else None
+
+    async def read_epoch(self) -> int:
+        return int(await self._run(lambda conn: conn.fetchval(sql.SELECT_EPOCH), tx=False))
+
+    async def raise_epoch(self, epoch: int) -> int:
+        """Waits for the guarded writes holding the epoch row (`lgx_guard_facts`) to commit:
+        none of them lands after the raise."""
+        return int(await self._run(lambda conn: conn.fetchval(sql.RAISE_EPOCH, epoch), tx=False))
+
     def refuses(self, exc: BaseException) -> bool:
         """A SQLSTATE of a refused request (bad data, a constraint, a limit)."""
         return sqlstate.refused(exc)
@@ -635,6 +828,27 @@ async def _put_holding(
     if not found["stored"]:
         raise AssertionError("a put holding its thread's lock stored nothing")
     return whole
+
+
+def _put_refusal(row: CheckpointRow, guard: Guard, facts: Facts, head: str | None,
+                 now: float) -> ConcurrentWriteError | None:
+    """`put_refusal` of `row` on its thread's facts, the namespace's head being `head`."""
+    return put_refusal(guard, row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id,
+                       head, facts.tombstoned, facts.lease, facts.epoch, now)
+
+
+def _writes_refusal(rows: Sequence[WriteRow], guard: Guard, facts: Facts, exists: bool,
+                    now: float) -> ConcurrentWriteError | None:
+    first = rows[0]
+    return writes_refusal(guard, first.thread_id, first.checkpoint_ns, first.checkpoint_id,
+                          exists, facts.tombstoned, facts.lease, facts.epoch, now)
+
+
+def _target(item: BatchItem) -> tuple[str, str, str | None]:
+    """The (thread, ns, checkpoint id or None) whose facts decide a guarded batch item."""
+    if isinstance(item, tuple):
+        return item[0].thread_id, item[0].checkpoint_ns, None
+    return item[0].thread_id, item[0].checkpoint_ns, item[0].checkpoint_id
 
 
 def _threads_of(item: BatchItem) -> set[str]:
