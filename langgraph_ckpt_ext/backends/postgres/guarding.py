@@ -42,6 +42,9 @@ class Facts:
     expires: float | None
     epoch: int
     exists: bool
+    """The checkpoint asked about is stored."""
+    newer: bool = False
+    """It is newer than every checkpoint the thread's delete removed (a new run's)."""
 
     @property
     def lease(self) -> LeaseRow | None:

@@ -114,7 +114,8 @@ MIGRATIONS: list[list[str]] = [
     [
         """CREATE TABLE lgx_tombstones (
             thread_id TEXT COLLATE "C" PRIMARY KEY,
-            deleted_at DOUBLE PRECISION NOT NULL
+            deleted_at DOUBLE PRECISION NOT NULL,
+            last_checkpoint_id TEXT COLLATE "C" NOT NULL DEFAULT ''
         )""",
         "CREATE INDEX lgx_tombstones_at ON lgx_tombstones (deleted_at)",
         """CREATE TABLE lgx_leases (
@@ -131,7 +132,8 @@ MIGRATIONS: list[list[str]] = [
         """CREATE FUNCTION lgx_guard_facts(
             p_thread TEXT, p_ns TEXT, p_checkpoint TEXT, p_lock_epoch BOOLEAN
         ) RETURNS TABLE (f_head TEXT, f_tombstoned BOOLEAN, f_token TEXT,
-                         f_expires DOUBLE PRECISION, f_epoch BIGINT, f_exists BOOLEAN)
+                         f_expires DOUBLE PRECISION, f_epoch BIGINT, f_exists BOOLEAN,
+                         f_newer BOOLEAN)
         LANGUAGE plpgsql VOLATILE AS $fn$
         BEGIN
             IF p_lock_epoch THEN  -- a raise of the epoch waits for this write to commit
@@ -148,6 +150,10 @@ MIGRATIONS: list[list[str]] = [
             f_exists := p_checkpoint IS NOT NULL AND EXISTS (
                 SELECT 1 FROM lgx_checkpoints c WHERE c.thread_id = p_thread
                 AND c.checkpoint_ns = p_ns AND c.checkpoint_id = p_checkpoint);
+            -- newer than every checkpoint the thread's delete removed: a new run's
+            f_newer := p_checkpoint IS NOT NULL AND EXISTS (
+                SELECT 1 FROM lgx_tombstones t WHERE t.thread_id = p_thread
+                AND p_checkpoint COLLATE "C" > t.last_checkpoint_id);
             RETURN NEXT;
         END
         $fn$""",

@@ -103,8 +103,8 @@ def _expect(n: int, now: str, *, head: bool, exists: bool) -> str:
              f"f.f_epoch = ${n + 2}::bigint"]
     if head:
         parts.append(f"f.f_head IS NOT DISTINCT FROM ${n + 3}::text")
-    if exists:
-        parts.append(f"f.f_exists = ${n + 3}::boolean")
+    if exists:  # stored, or newer than what the thread's delete removed (`writes_refusal`)
+        parts.append(f"(f.f_exists OR f.f_newer) = ${n + 3}::boolean")
     return "lgx_guard_expect(" + " AND ".join(parts) + ")"
 
 
@@ -447,9 +447,13 @@ def _tombstone(flag: str, now: str, guard: str) -> str:
     """The thread's tombstone, left (stamped `now`) if `flag`, and `guard` has a row."""
     cond = f"AND EXISTS (SELECT 1 FROM {guard})" if guard else ""
     return f"""tomb AS (
-    INSERT INTO lgx_tombstones (thread_id, deleted_at)
-    SELECT $1, {now} WHERE {flag} {cond}
-    ON CONFLICT (thread_id) DO UPDATE SET deleted_at = EXCLUDED.deleted_at
+    INSERT INTO lgx_tombstones (thread_id, deleted_at, last_checkpoint_id)
+    SELECT $1, {now}, COALESCE((SELECT max(c.checkpoint_id COLLATE "C") FROM lgx_checkpoints c
+                                WHERE c.thread_id = $1), '')
+    WHERE {flag} {cond}
+    ON CONFLICT (thread_id) DO UPDATE SET deleted_at = EXCLUDED.deleted_at,
+        last_checkpoint_id = GREATEST(lgx_tombstones.last_checkpoint_id,
+                                      EXCLUDED.last_checkpoint_id)
 )"""
 
 

@@ -261,8 +261,9 @@ class PostgresStore:
 
         async def op(conn: asyncpg.Connection) -> set[str]:
             if guard is not None:
-                facts = await self._facts(conn, [key], [(row.thread_id, row.checkpoint_ns, None)],
-                                          guard.epoch is not None, now)
+                facts = await self._facts(
+                    conn, [key], [(row.thread_id, row.checkpoint_ns, row.checkpoint_id)],
+                    guard.epoch is not None, now)
                 refused = _put_refusal(row, guard, facts[0], facts[0].head, now)
                 if refused is not None:
                     raise refused
@@ -302,7 +303,7 @@ class PostgresStore:
             [t for t, _, _ in targets], [n for _, n, _ in targets], [c for _, _, c in targets],
             lock_epoch)
         facts = [Facts(r["f_head"], r["f_tombstoned"], r["f_token"], r["f_expires"],
-                       int(r["f_epoch"]), r["f_exists"]) for r in rows]
+                       int(r["f_epoch"]), r["f_exists"], r["f_newer"]) for r in rows]
         for (tid, _, _), f in zip(targets, facts, strict=True):
             self._seen.saw(tid, f)
         return facts
@@ -386,7 +387,7 @@ class PostgresStore:
             elif guard is not None and item:
                 found = facts[_target(item)]
                 first = item[0]
-                exists = found.exists or (
+                exists = found.exists or found.newer or (
                     (first.thread_id, first.checkpoint_ns, first.checkpoint_id) in written)
                 refused = _writes_refusal(item, guard, found, exists, now)
                 if refused is not None:
@@ -413,7 +414,7 @@ class PostgresStore:
                 target = (first.thread_id, first.checkpoint_ns, first.checkpoint_id)
                 facts = (await self._facts(conn, [key], [target], guard.epoch is not None,
                                            now))[0]
-                refused = _writes_refusal(rows, guard, facts, facts.exists, now)
+                refused = _writes_refusal(rows, guard, facts, facts.exists or facts.newer, now)
                 if refused is not None:
                     raise refused
                 await conn.execute(sql.WRITE_WRITES, *params)
@@ -834,7 +835,7 @@ def _put_refusal(row: CheckpointRow, guard: Guard, facts: Facts, head: str | Non
                  now: float) -> ConcurrentWriteError | None:
     """`put_refusal` of `row` on its thread's facts, the namespace's head being `head`."""
     return put_refusal(guard, row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id,
-                       head, facts.tombstoned, facts.lease, facts.epoch, now)
+                       head, facts.tombstoned, facts.lease, facts.epoch, now, facts.exists)
 
 
 def _writes_refusal(rows: Sequence[WriteRow], guard: Guard, facts: Facts, exists: bool,
@@ -846,8 +847,8 @@ def _writes_refusal(rows: Sequence[WriteRow], guard: Guard, facts: Facts, exists
 
 def _target(item: BatchItem) -> tuple[str, str, str | None]:
     """The (thread, ns, checkpoint id or None) whose facts decide a guarded batch item."""
-    if isinstance(item, tuple):
-        return item[0].thread_id, item[0].checkpoint_ns, None
+    if isinstance(item, tuple):  # a put: is it stored already (a retry)?
+        return item[0].thread_id, item[0].checkpoint_ns, item[0].checkpoint_id
     return item[0].thread_id, item[0].checkpoint_ns, item[0].checkpoint_id
 
 
