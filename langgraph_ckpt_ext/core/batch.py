@@ -21,24 +21,31 @@ from .writing import PreparedPut, Writing
 class Batches(Writing):
     """The batch methods of `StoreCheckpointer`."""
 
-    async def aput_batch(self, ops: Sequence[tuple[Any, ...]]) -> None:
+    async def aput_batch(self, ops: Sequence[tuple[Any, ...]], *, copy: bool = False) -> None:
         """Store checkpoints and writes in order, in one batch (one transaction or round trip
         where the backend allows). Each op is `("put", config, checkpoint, metadata,
         new_versions)` or `("writes", config, writes, task_id, task_path)`, as the arguments of
-        `aput` / `aput_writes`. Used by `SmartCheckpointer` to flush a thread."""
+        `aput` / `aput_writes`. Used by `SmartCheckpointer` to flush a thread.
+
+        `copy`: the ops copy a history decided elsewhere (an import, a copy between stores, a
+        repair), forks included: written as they are, with no one-writer check (`core.guard`)
+        but the epoch."""
         prepared = await self.aprepare_batch(ops)
         if prepared is None:  # audited: each hash chains on the one stored before it
             for op in ops:
                 if op[0] == "put":
-                    await self.aput(*op[1:])
+                    await self._put(op[1], op[2], op[3], op[4], copy=copy)
                 else:
-                    await self.aput_writes(*op[1:])
+                    await self._put_writes(op[1], op[2], op[3], op[4] if len(op) > 4 else "",
+                                           copy=copy)
             return
+        if copy:
+            prepared.guards = [self._apply_guard()] * len(prepared.items)
         await self.awrite_prepared([prepared])
 
-    def put_batch(self, ops: Sequence[tuple[Any, ...]]) -> None:
+    def put_batch(self, ops: Sequence[tuple[Any, ...]], *, copy: bool = False) -> None:
         """Sync `aput_batch`."""
-        self.run_sync(self.aput_batch(ops))
+        self.run_sync(self.aput_batch(ops, copy=copy))
 
     async def aprepare_batch(
         self, ops: Sequence[tuple[Any, ...]], *, portable: bool = False

@@ -35,9 +35,21 @@ class Writing(Auditing):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        return await self._put(config, checkpoint, metadata, new_versions)
+
+    async def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+        copy: bool = False,
+    ) -> RunnableConfig:
+        """`aput`; `copy`: a checkpoint copied from elsewhere (`aput_batch(copy=True)`)."""
         seal = await self._audited()
         put = await self._prepare_put(config, checkpoint, metadata, new_versions, seal=seal)
-        fell_back = await self._store.write_checkpoint(put.row, put.blobs, put.guard)
+        guard = self._apply_guard() if copy else put.guard
+        fell_back = await self._store.write_checkpoint(put.row, put.blobs, guard)
         self._stored(put, fell_back)
         return make_config(put.row.thread_id, put.row.checkpoint_ns, put.row.checkpoint_id)
 
@@ -151,10 +163,20 @@ class Writing(Auditing):
         task_id: str,
         task_path: str = "",
     ) -> None:
+        await self._put_writes(config, writes, task_id, task_path)
+
+    async def _put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+        copy: bool = False,
+    ) -> None:
         rows = self._encode_writes(config, writes, task_id, task_path)
         if not rows:
             return
-        guard = self._writes_guard(config, rows[0].thread_id)
+        guard = self._apply_guard() if copy else self._writes_guard(config, rows[0].thread_id)
         if await self._audited():
             with self._auditor.writing(rows):
                 await self._store.write_writes(rows, guard)

@@ -21,6 +21,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from ..core.base import SaverBase
 from ..core.config import checkpoint_ns_of, make_config
 from ..core.errors import ThreadNotFoundError
 
@@ -296,8 +297,13 @@ def put_thread(
     batch = getattr(target, "put_batch", None)
     batch_size = max(1, batch_size)
     if callable(batch):
+        # a history decided elsewhere, forks included: no one-writer check (`core.guard`)
+        copying = isinstance(target, SaverBase)
         for i in range(0, len(ops), batch_size):
-            batch(ops[i : i + batch_size])
+            if copying:
+                batch(ops[i : i + batch_size], copy=True)
+            else:
+                batch(ops[i : i + batch_size])
     else:
         for op in ops:
             if op[0] == "put":
