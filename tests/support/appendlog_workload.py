@@ -32,10 +32,12 @@ THREADS, TURNS, SIZE = 200, 20, 10_000
 class DiscardingStore(MemoryStore):
     """Takes every write and keeps none of it."""
 
-    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
+    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow],
+                               guard: Any = None) -> set[str]:
         return set()
 
-    async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
+    async def write_batch(self, items: Sequence[BatchItem], guards: Any = None
+                          ) -> list[set[str]]:
         return [set() for item in items if isinstance(item, tuple)]
 
 
