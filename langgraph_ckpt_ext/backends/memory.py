@@ -124,10 +124,11 @@ class MemoryStore:
                         ) -> ConcurrentWriteError | None:
         first = rows[0]
         key = (first.thread_id, first.checkpoint_ns)
-        exists = first.checkpoint_id in self.checkpoints.get(key, {})
+        stored = self.checkpoints.get(key, {})
         return writes_refusal(guard, first.thread_id, first.checkpoint_ns, first.checkpoint_id,
-                              exists, first.thread_id in self.tombstones,
-                              self.leases.get(first.thread_id), self.epoch, self.clock())
+                              first.checkpoint_id in stored, first.thread_id in self.tombstones,
+                              self.leases.get(first.thread_id), self.epoch, self.clock(),
+                              read_exists=guard.read_head in stored)
 
     async def write_checkpoint(
         self, row: CheckpointRow, blobs: Sequence[BlobRow], guard: Guard | None = None

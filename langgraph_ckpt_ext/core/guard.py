@@ -103,7 +103,10 @@ def put_guard(config: Mapping[str, Any], metadata: Mapping[str, Any], parent: st
 
 
 def writes_guard(config: Mapping[str, Any], thread_id: str, *, epoch: int | None) -> Guard:
-    return Guard(False, None, False, lease_token(config, thread_id), epoch)
+    conf = config.get("configurable") or {}
+    stamp = conf.get(HEAD_KEY)
+    return Guard(False, stamp if isinstance(stamp, str) and stamp else None, False,
+                 lease_token(config, thread_id), epoch)
 
 
 def _holder_refusal(
@@ -186,13 +189,22 @@ def writes_refusal(
     lease: LeaseRow | None = None,
     epoch: int = 0,
     now: float = 0.0,
+    read_exists: bool = False,
 ) -> ConcurrentWriteError | None:
-    """The error pending writes must fail with, or None. `exists`: their checkpoint is stored
-    (only consulted for a tombstoned thread)."""
+    """The error pending writes must fail with, or None. `exists`: their checkpoint is stored;
+    `read_exists`: the head their run read (`guard.read_head`) is stored (both only consulted
+    for a tombstoned thread).
+
+    LangGraph does not wait for a checkpoint's put before the pending writes against it (nor
+    for the input checkpoint's before its input writes): on a store that is not inline they
+    often arrive first. So writes for a checkpoint not (yet) stored are refused only from a
+    run that read the thread (a stamp) whose read head is gone: a run that read the thread
+    before the delete. A new run on the emptied thread carries no stamp, and its later turns
+    read heads that are stored."""
     refused = _holder_refusal(guard, thread_id, ns, lease, epoch, now)
     if refused is not None or guard.apply:
         return refused
-    if tombstoned and not exists:
+    if tombstoned and not exists and guard.read_head is not None and not read_exists:
         return ThreadDeletedError(
             f"thread {thread_id!r} was deleted after this run read it: late pending writes "
             f"for checkpoint {checkpoint_id!r} are refused", thread_id, ns)
