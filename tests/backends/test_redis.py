@@ -445,13 +445,13 @@ def _track(cp: RedisCheckpointer, monkeypatch: pytest.MonkeyPatch) -> tuple[list
     write_checkpoint, write_writes = store.write_checkpoint, store.write_writes
     call, command = store._call, store._command
 
-    async def rec_checkpoint(row: Any, blobs: Any) -> set[str]:
+    async def rec_checkpoint(row: Any, blobs: Any, guard: Any = None) -> set[str]:
         items.append((row, list(blobs)))
-        return await write_checkpoint(row, blobs)
+        return await write_checkpoint(row, blobs, guard)
 
-    async def rec_writes(rows: Any) -> None:
+    async def rec_writes(rows: Any, guard: Any = None) -> None:
         items.append(list(rows))
-        await write_writes(rows)
+        await write_writes(rows, guard)
 
     async def rec_call(name: str, keys: Any, args: Any) -> Any:
         trips.append(name)

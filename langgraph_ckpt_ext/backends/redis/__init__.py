@@ -12,7 +12,7 @@ from ...core.bridge import Bridge
 from ...core.errors import require
 from ...core.opening import Opening, set_up
 from ...core.retention import Retention
-from ...core.saver import loading_serde
+from ...core.saver import DEFAULT_TOMBSTONE_TTL, loading_serde
 from ...core.urls import parse_url, redact
 from ...migrations import SchemaChain
 from ..checkpointer import Checkpointer
@@ -67,6 +67,14 @@ class RedisCheckpointer(Checkpointer):
             LangGraph Platform's `checkpointer.ttl` mapping), applied by `sweep`: see there.
             Independent of `ttl`.
         sweep_every: seconds between background sweeps (None: sweep when asked).
+        writers: `"single"` (default): a run's checkpoint is refused (`ConcurrentWriteError`,
+            nothing stored) when another run wrote the thread since this run read it, decided
+            in the write's own script, so that two processes never both pass against one head
+            (standalone or Cluster); `"last_wins"`: no such check (LangGraph's behaviour). See
+            `StoreCheckpointer`, and `RedisStore` for how a writer epoch is checked in Cluster.
+        tombstone_ttl: seconds a deleted thread's tombstone refuses late writes (default a
+            day; None: none left). The sweep drops older ones by the checkpointer's clock;
+            the tombstone key also carries this as a native TTL, so one outlives no sweep.
         client_options: passed to `redis.asyncio.Redis.from_url` (or `RedisCluster.from_url`);
             `socket_connect_timeout` defaults to 5 s.
 
@@ -92,6 +100,8 @@ class RedisCheckpointer(Checkpointer):
         unsafe_allow_any_class: bool = False,
         retention: Retention | Mapping[str, Any] | None = None,
         sweep_every: float | None = None,
+        writers: str = "single",
+        tombstone_ttl: float | None = DEFAULT_TOMBSTONE_TTL,
         **client_options: Any,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -114,8 +124,11 @@ class RedisCheckpointer(Checkpointer):
             store, serde=serde, snapshot_every=snapshot_every,
             append_log_bytes=append_log_bytes, bridge=bridge,
             schema_chain=schema_chain, audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
-            retention=retention, sweep_every=sweep_every,
+            retention=retention, sweep_every=sweep_every, writers=writers,
+            tombstone_ttl=tombstone_ttl,
         )
+        if self._tombstone_ttl is not None:
+            store.tombstone_ttl_ms = max(1, int(self._tombstone_ttl * 1000))
         if setup and not given:
             self._setup_or_close()
 
@@ -125,8 +138,8 @@ class RedisCheckpointer(Checkpointer):
         exit: `with` for sync graph calls, `async with` for async ones.
 
         Args:
-            url: a `redis://` or `rediss://` URL, with our query options (`key_prefix`, `ttl`;
-                see `connect`) and redis-py's.
+            url: a `redis://` or `rediss://` URL, with our query options (`key_prefix`, `ttl`,
+                `writers`, `tombstone_ttl`; see `connect`) and redis-py's.
             kwargs: as for the constructor.
 
         Example:

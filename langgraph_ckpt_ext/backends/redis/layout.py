@@ -22,6 +22,16 @@ hash slot (one node of a Redis Cluster) and each of its operations is one atomic
                                     deletions recorded (erasures, sweeps), oldest first
     <prefix>:sweep-lock       string  the token of the sweeper holding the lock (with a lease)
 
+One writer per thread (`core.guard`): two keys of the thread's slot that no TTL of the
+thread touches and `delete_thread` treats apart, and three of the store:
+
+    <prefix>:{<thread>}:tomb  string  repr(clock) of the thread's deletion: its tombstone
+                                      (outlives the thread; a native TTL of `tombstone_ttl`)
+    <prefix>:{<thread>}:lease string  token \0 repr(expiry): the thread's lease row
+    <prefix>:tombstones       zset  thread_id, scored by its tombstone's time (for the sweep)
+    <prefix>:leases           zset  thread_id, scored by its lease's expiry (for the sweep)
+    <prefix>:epoch            the store's writer epoch (absent: 0)
+
 `<thread>` is the thread id with every byte outside [A-Za-z0-9_.-] percent-encoded, so no
 thread id can close the hash tag early, reach another thread's keys, or be empty.
 """
@@ -37,7 +47,9 @@ from ...core.errors import InvalidConfigError
 # key of its own, which older data simply lacks (no log yet), and no older key changed its
 # encoding. So did `lifecycle`, `sweep-lock` and meta's lifecycle fields: a meta hash without
 # `created`/`written` gets them (= now) when a sweep first reads it, so that an older thread's
-# age counts from then, never from a guess.
+# age counts from then, never from a guess. So did the one-writer keys (tomb, lease, the
+# tombstones and leases indexes, epoch) and meta's `ep`: older code reads every key it knows as
+# before and simply checks nothing (as `writers="last_wins"` with no tombstones would).
 LAYOUT_VERSION = 1
 # Scripts address the keys by position (KEYS[1] ix ... KEYS[7] meta, KEYS[8] mig): a new key
 # goes at the end, so that no script's index moves.
@@ -65,6 +77,13 @@ def tag(thread_id: str) -> str:
 def thread_keys(prefix: str, thread_id: str) -> tuple[str, ...]:
     t = tag(thread_id)
     return tuple(f"{prefix}:{{{t}}}:{suffix}" for suffix in THREAD_KEYS)
+
+
+@functools.lru_cache(maxsize=8192)
+def guard_keys(prefix: str, thread_id: str) -> tuple[str, str]:
+    """The thread's tombstone and lease keys (KEYS[9] and KEYS[10] of the guarded scripts)."""
+    t = tag(thread_id)
+    return f"{prefix}:{{{t}}}:tomb", f"{prefix}:{{{t}}}:lease"
 
 
 def check_parts(*parts: str) -> None:

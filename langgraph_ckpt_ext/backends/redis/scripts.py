@@ -20,16 +20,21 @@ from __future__ import annotations
 # 4 bl (hash "ns\0ch\0ver" -> blob), 5 wr (hash "ns\0cid\0task\0idx" -> write),
 # 6 wx (zset of wr fields), 7 meta (hash: gen, pinned, exp, and the lifecycle row: created,
 # written, read, policy, swept), 8 mig (hash "ns\0cid\0to_version" ->
-# migration). Whatever loops over KEYS (expire_all, DELETE_THREAD, EXISTING) covers mig too;
-# DUMP/LOAD leave it out: a copied thread starts with no migration log.
+# migration). Whatever loops over the thread's keys (expire_all, DELETE_THREAD, EXISTING,
+# EXPIRE) covers mig too; DUMP/LOAD leave it out: a copied thread starts with no migration log.
+# The guarded writes and the deletes also get 9 tomb (the tombstone) and 10 lease (the lease
+# row), and, on a standalone server, 11 the store's epoch: keys that no TTL and no
+# `expire_all` touch (NKEYS, not #KEYS, bounds the thread's own keys).
 _PRELUDE = r"""
+local NKEYS = 8
+
 local function expire_all(ttl)
   -- Every write leaves all of a thread's keys with one deadline, or none; meta's `exp` field
   -- says which, so a write without a TTL costs nothing here.
   local m = redis.call('HMGET', KEYS[7], 'pinned', 'exp')
   if m[1] or ttl == '' then
     if m[2] then
-      for i = 1, #KEYS do redis.call('PERSIST', KEYS[i]) end
+      for i = 1, NKEYS do redis.call('PERSIST', KEYS[i]) end
       redis.call('HDEL', KEYS[7], 'exp')
     end
   else
@@ -37,7 +42,7 @@ local function expire_all(ttl)
     -- One absolute deadline for every key: the thread expires whole, never in part.
     local t = redis.call('TIME')
     local at = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ttl)
-    for i = 1, #KEYS do redis.call('PEXPIREAT', KEYS[i], at) end
+    for i = 1, NKEYS do redis.call('PEXPIREAT', KEYS[i], at) end
   end
 end
 
@@ -166,49 +171,226 @@ local function put_writes(packed)
 end
 """
 
-# ARGV: ttl_ms|'', now, ns, cid, row, heads, then one value per blob; heads is one string of
+
+# The one-writer rule (`core.guard`), restated for the guarded writes. A guard record is
+# `flags \0 read_head \0 lease \0 epoch \0 target \0 ns \0`: flags are four characters, '1'
+# (guarded) or '0' (an item of a batch with no guard), then 's' (writers="single"), 'f' (a
+# run's first checkpoint), 'a' (a replica's apply), '-' for each not set; epoch '' is none;
+# target is a put's parent ('' none) or the checkpoint id of pending writes. The rule below
+# answers only "refused or not"; a refusal returns the facts it saw and Python raises the
+# error `core.guard.put_refusal` / `writes_refusal` build from them, so the messages, the kinds
+# and any disagreement (an AssertionError there) come from one place.
+# Byte order (Lua's own `<` on strings follows the server's locale).
+_AFTER = r"""
+local function after(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x > y end
+  end
+  return #a > #b
+end
+"""
+
+_GUARD = _AFTER + r"""
+local function parse_guards(s)
+  local out, field = {}, '([^%z]*)%z'
+  for f, r, l, e, t, ns in string.gmatch(s, string.rep(field, 6)) do
+    out[#out + 1] = {on = string.sub(f, 1, 1) == '1', single = string.sub(f, 2, 2) == 's',
+      fresh = string.sub(f, 3, 3) == 'f', apply = string.sub(f, 4, 4) == 'a',
+      read = r, lease = l, epoch = e, target = t, ns = ns}
+  end
+  return out
+end
+
+
+local function head_of(ns)
+  local m = redis.call('ZREVRANGEBYLEX', KEYS[1], '(' .. ns .. '\1', '[' .. ns .. '\0', 'LIMIT', 0, 1)
+  if #m == 0 then return nil end
+  return string.sub(m[1], #ns + 2)
+end
+
+-- What every guard reads: the tombstone, the lease row and (`with_epoch`) the epoch: the
+-- store's (KEYS[11] on a standalone server; in Cluster, `pre`, read just before this call)
+-- or the thread's own `ep` (the newest epoch that wrote it), whichever is newer.
+local function facts(with_epoch, pre)
+  local F = {tomb = false, last = '', tok = false, exp = 0, rawexp = '', epoch = 0}
+  local t = redis.call('GET', KEYS[9])
+  if t then  -- `last \0 at`: the newest checkpoint id the delete removed, and when
+    F.tomb, F.last = true, string.sub(t, 1, string.find(t, '\0', 1, true) - 1)
+  end
+  local l = redis.call('GET', KEYS[10])
+  if l then
+    local p = string.find(l, '\0', 1, true)
+    F.tok, F.rawexp = string.sub(l, 1, p - 1), string.sub(l, p + 1)
+    F.exp = tonumber(F.rawexp)
+  end
+  if with_epoch then
+    local e = 0
+    if #KEYS >= 11 then e = tonumber(redis.call('GET', KEYS[11]) or '0')
+    elseif pre ~= '' then e = tonumber(pre) end
+    local t = tonumber(redis.call('HGET', KEYS[7], 'ep') or '0')
+    if t > e then e = t end
+    F.epoch = e
+  end
+  return F
+end
+
+local function any_epoch(gs)
+  for _, G in ipairs(gs) do if G.on and G.epoch ~= '' then return true end end
+  return false
+end
+
+-- After a guarded write: the thread remembers the newest epoch that wrote it.
+local function note_epoch(gs)
+  local top = nil
+  for _, G in ipairs(gs) do
+    if G.on and G.epoch ~= '' and (not top or tonumber(G.epoch) > top) then top = tonumber(G.epoch) end
+  end
+  if top and top > tonumber(redis.call('HGET', KEYS[7], 'ep') or '0') then
+    redis.call('HSET', KEYS[7], 'ep', string.format('%d', top))
+  end
+end
+
+-- core.guard._holder_refusal
+local function holder_refused(G, F, now)
+  if G.epoch ~= '' and F.epoch > tonumber(G.epoch) then return true end
+  if G.apply then return false end
+  local live = F.tok ~= false and F.exp > now
+  if G.lease ~= '' then return (not live) or F.tok ~= G.lease end
+  return live
+end
+
+-- core.guard.put_refusal (`exists`: this very checkpoint is stored already: a retry)
+local function put_refused(G, F, head, now, exists)
+  if holder_refused(G, F, now) then return true end
+  if G.apply or exists then return false end
+  if not head then return G.target ~= '' and F.tomb end
+  if not G.single or head == G.target then return false end
+  if G.read ~= '' then return head ~= G.read end
+  if G.target ~= '' then return true end
+  return G.fresh
+end
+
+-- core.guard.writes_refusal
+local function writes_refused(G, F, exists, now)
+  if holder_refused(G, F, now) then return true end
+  if G.apply then return false end
+  return F.tomb and not exists
+end
+
+-- Is checkpoint `cid` of namespace `ns` stored (or in `made`, written earlier by the same
+-- call)?
+local function stored(ns, cid, made)
+  local f = ns .. '\0' .. cid
+  return (made ~= nil and made[f] == true) or redis.call('HEXISTS', KEYS[3], f) == 1
+end
+
+-- writes_refused's `exists`: their checkpoint is stored, or newer than every checkpoint the
+-- thread's delete removed (a new run's, whose put is still on its way).
+local function writes_exist(G, F, made)
+  return stored(G.ns, G.target, made) or (F.tomb and after(G.target, F.last))
+end
+
+local function flags(a) return a and '1' or '0' end
+
+-- A refusal: {'\0', item, head of its namespace (a put) or, for writes, a flag '0'|'1'
+-- (their checkpoint "exists", `writes_exist`), tombstone '1'|'', lease token, lease expiry,
+-- epoch}.
+local function refusal(k, seen, F)
+  return {'\0', k, seen or '', F.tomb and '1' or '', F.tok or '', F.rawexp,
+          string.format('%d', F.epoch)}
+end
+"""
+
+# ARGV: ttl_ms|'', now, ns, cid, row, heads, guard record|'' (none: no check), the epoch read
+# before (Cluster; else ''), then one value per blob; heads is one string of
 # `channel \0 version \0 base|'' \0` per blob (values stay separate arguments, so that Lua
-# never copies them). Returns the channels whose append-delta base is gone (nothing written
-# then), or 1 if the thread's lifecycle row is new, else 0.
-PUT = _PRELUDE + r"""
+# never copies them). Returns a refusal (nothing written), or the channels whose append-delta
+# base is gone (nothing written then), or 1 if the thread's lifecycle row is new, else 0.
+# KEYS: the thread's 8, and with a guard tomb, lease (and the epoch key, standalone).
+PUT = _PRELUDE + _GUARD + r"""
 local ttl, now, ns, cid, row = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local missing, sets = plan_blobs(ns, ARGV[6], 7, nil)
+local gs = {}
+if ARGV[7] ~= '' then
+  gs = parse_guards(ARGV[7])
+  local F = facts(any_epoch(gs), ARGV[8])
+  local head = head_of(ns)
+  if put_refused(gs[1], F, head, tonumber(now), stored(ns, cid, nil)) then
+    return refusal(0, head, F)
+  end
+end
+local missing, sets = plan_blobs(ns, ARGV[6], 9, nil)
 if #missing > 0 then return missing end
 put_checkpoint(ns, cid, row, sets)
+note_epoch(gs)
 local new = wrote(now, 1)
 expire_all(ttl)
 return new
 """
 
 # ARGV: ttl_ms|'', now, writes: one string of records
-# `replace '1'|'0' \0 field length \0 field \0 value length \0 value`. Returns 1 if the
-# thread's lifecycle row is new, else 0.
-PUT_WRITES = _PRELUDE + r"""
+# `replace '1'|'0' \0 field length \0 field \0 value length \0 value`, guard record|'', the
+# epoch read before|''. Returns a refusal, or 1 if the thread's lifecycle row is new, else 0.
+PUT_WRITES = _PRELUDE + _GUARD + r"""
+local gs = {}
+if ARGV[4] ~= '' then
+  gs = parse_guards(ARGV[4])
+  local G = gs[1]
+  local F = facts(any_epoch(gs), ARGV[5])
+  local exists = writes_exist(G, F, nil)
+  if writes_refused(G, F, exists, tonumber(ARGV[2])) then
+    return refusal(0, flags(exists), F)
+  end
+end
 put_writes(ARGV[3])
+note_epoch(gs)
 local new = wrote(ARGV[2], 1)
 expire_all(ARGV[1])
 return new
 """
 
 # Several PUTs and PUT_WRITES of one thread, in order, as one: ARGV: ttl_ms|'', now, kinds (one
-# character per item: 'c' a checkpoint, 'w' writes), then each item's arguments: a checkpoint's
-# ns, cid, row, heads and one value per blob (as PUT), or one string of write records (as
-# PUT_WRITES). An append-delta's base may be a blob of an earlier item. If some base is gone,
-# nothing is written and the result is {item, channel, ...} (item: its 0-based position);
-# else every item is stored, `gen` counts one write per item, and the result is 1 if the
-# thread's lifecycle row is new, else 0.
-BATCH = _PRELUDE + r"""
-local kinds = ARGV[3]
-local plans, missing, made, a = {}, {}, {}, 4
+# character per item: 'c' a checkpoint, 'w' writes), guard records (one per item) or '' (no
+# check), the epoch read before|'', then each item's arguments: a checkpoint's ns, cid, row,
+# heads and one value per blob (as PUT), or one string of write records (as PUT_WRITES). Every
+# guarded item is checked, against the thread as the items before it leave it, before any is
+# written: a refusal writes nothing. An append-delta's base may be a blob of an earlier item.
+# If some base is gone, nothing is written and the result is {item, channel, ...} (item: its
+# 0-based position); else every item is stored, `gen` counts one write per item, and the
+# result is 1 if the thread's lifecycle row is new, else 0.
+BATCH = _PRELUDE + _GUARD + r"""
+local kinds, now = ARGV[3], ARGV[2]
+local gs, F, heads, stored_ids = {}, nil, {}, {}
+if ARGV[4] ~= '' then
+  gs = parse_guards(ARGV[4])
+  F = facts(any_epoch(gs), ARGV[5])
+end
+local plans, missing, made, a = {}, {}, {}, 6
 for k = 1, #kinds do
+  local G = gs[k]
   if string.sub(kinds, k, k) == 'c' then
-    local ns = ARGV[a]
-    local gone, sets, after = plan_blobs(ns, ARGV[a + 3], a + 4, made)
+    local ns, cid = ARGV[a], ARGV[a + 1]
+    if F then
+      if heads[ns] == nil then heads[ns] = head_of(ns) or false end
+      local head = heads[ns] or nil
+      if G.on and put_refused(G, F, head, tonumber(now), stored(ns, cid, stored_ids)) then
+        return refusal(k - 1, head, F)
+      end
+      if not head or after(cid, head) then heads[ns] = cid end
+      stored_ids[ns .. '\0' .. cid] = true
+    end
+    local gone, sets, after_ = plan_blobs(ns, ARGV[a + 3], a + 4, made)
     for _, ch in ipairs(gone) do missing[#missing + 1] = k - 1; missing[#missing + 1] = ch end
     for j = 1, #sets, 2 do made[sets[j]] = true end
-    plans[k] = {ns, ARGV[a + 1], ARGV[a + 2], sets}
-    a = after
+    plans[k] = {ns, cid, ARGV[a + 2], sets}
+    a = after_
   else
+    if F and G.on then
+      local exists = writes_exist(G, F, stored_ids)
+      if writes_refused(G, F, exists, tonumber(now)) then
+        return refusal(k - 1, flags(exists), F)
+      end
+    end
     plans[k] = ARGV[a]
     a = a + 1
   end
@@ -218,7 +400,8 @@ for k = 1, #kinds do
   local p = plans[k]
   if type(p) == 'table' then put_checkpoint(p[1], p[2], p[3], p[4]) else put_writes(p) end
 end
-local new = wrote(ARGV[2], #kinds)
+note_epoch(gs)
+local new = wrote(now, #kinds)
 expire_all(ARGV[1])
 return new
 """
@@ -413,8 +596,32 @@ MIGRATIONS = r"""
 return redis.call('HGETALL', KEYS[8])
 """
 
-DELETE_THREAD = r"""
-return redis.call('DEL', unpack(KEYS))
+# KEYS: the thread's 8, tomb, lease. ARGV: the tombstone's time|'' (none left), its native
+# TTL (ms)|''. Every key of the thread and its lease go; the tombstone stays (or is left).
+_BURY = _AFTER + r"""
+local function bury(at, ttl)
+  local tomb = ''
+  if at ~= '' then  -- `last \0 at`: the newest checkpoint id that goes (ord: "cid \0 ns")
+    local m = redis.call('ZREVRANGEBYLEX', KEYS[2], '+', '-', 'LIMIT', 0, 1)
+    local last = ''
+    if #m > 0 then last = string.sub(m[1], 1, string.find(m[1], '\0', 1, true) - 1) end
+    local old = redis.call('GET', KEYS[9])
+    if old then
+      local before = string.sub(old, 1, string.find(old, '\0', 1, true) - 1)
+      if after(before, last) then last = before end
+    end
+    tomb = last .. '\0' .. at
+  end
+  redis.call('DEL', unpack(KEYS, 1, 8))
+  redis.call('DEL', KEYS[10])
+  if at == '' then return end
+  if ttl == '' then redis.call('SET', KEYS[9], tomb) else redis.call('SET', KEYS[9], tomb, 'PX', ttl) end
+end
+"""
+
+DELETE_THREAD = _BURY + r"""
+bury(ARGV[1], ARGV[2])
+return 1
 """
 
 # The lifecycle row of a thread that has none yet (set_pinned, set_policy before the first
@@ -529,15 +736,16 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
 """
 
-# ARGV: generation. Deletes every key of the thread if its row's gen is still that: 1; else 0.
-EXPIRE = r"""
+# KEYS: as DELETE_THREAD. ARGV: generation, tombstone's time|'', its TTL|''. Deletes the
+# thread as DELETE_THREAD does if its row's gen is still that: 1; else 0.
+EXPIRE = _BURY + r"""
 local g = redis.call('HGET', KEYS[7], 'gen')
 if not g then
   if redis.call('EXISTS', KEYS[7]) == 0 then return 0 end
   g = '0'
 end
 if g ~= ARGV[1] then return 0 end
-redis.call('DEL', unpack(KEYS))
+bury(ARGV[2], ARGV[3])
 return 1
 """
 
@@ -553,4 +761,79 @@ return 0
 LOCK_RELEASE = r"""
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
+"""
+
+# -- leases, tombstones, the epoch (KEYS: one key each; a lease row is `token \0 repr(expiry)`)
+
+# KEYS: lease. ARGV: token, now, expiry. Takes (or renews, same token) unless another token's
+# lease is live: 1; else 0.
+LEASE_ACQUIRE = r"""
+local l = redis.call('GET', KEYS[1])
+if l then
+  local p = string.find(l, '\0', 1, true)
+  if string.sub(l, 1, p - 1) ~= ARGV[1] and tonumber(string.sub(l, p + 1)) > tonumber(ARGV[2]) then
+    return 0
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1] .. '\0' .. ARGV[3])
+return 1
+"""
+
+# KEYS: lease. ARGV: token, now, expiry. Extends the token's live lease: 1; else 0.
+LEASE_RENEW = r"""
+local l = redis.call('GET', KEYS[1])
+if not l then return 0 end
+local p = string.find(l, '\0', 1, true)
+if string.sub(l, 1, p - 1) ~= ARGV[1] or tonumber(string.sub(l, p + 1)) <= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1] .. '\0' .. ARGV[3])
+return 1
+"""
+
+# KEYS: lease. ARGV: token. Drops the token's lease (nothing if another holds it).
+LEASE_RELEASE = r"""
+local l = redis.call('GET', KEYS[1])
+if l and string.sub(l, 1, string.find(l, '\0', 1, true) - 1) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"""
+
+# KEYS: tomb or lease. ARGV: before. Deletes the tombstone (its time after the newest id it
+# keeps) or the lease row (its expiry after the token) if that is older than `before`: 1;
+# else 0.
+DROP_IF_BEFORE = r"""
+local v = redis.call('GET', KEYS[1])
+if not v then return 0 end
+local p = string.find(v, '\0', 1, true)
+if p then v = string.sub(v, p + 1) end
+if tonumber(v) < tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"""
+
+# KEYS: an index zset. ARGV: before, members. Drops the members still scored before `before`
+# (one scored anew meanwhile stays).
+UNINDEX_BEFORE = r"""
+local n = 0
+for i = 2, #ARGV do
+  local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if s and tonumber(s) < tonumber(ARGV[1]) then n = n + redis.call('ZREM', KEYS[1], ARGV[i]) end
+end
+return n
+"""
+
+# KEYS: epoch. ARGV: epoch. Raises the store's epoch to at least that; the epoch in force.
+RAISE_EPOCH = r"""
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local e = tonumber(ARGV[1])
+if e > cur then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return e
+end
+return cur
 """

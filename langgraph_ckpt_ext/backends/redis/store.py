@@ -25,7 +25,13 @@ from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...core.codec import writes_order
-from ...core.errors import InvalidConfigError, StoreUnavailableError, check_storage_version
+from ...core.errors import (
+    ConcurrentWriteError,
+    InvalidConfigError,
+    StoreUnavailableError,
+    check_storage_version,
+)
+from ...core.guard import Guard, LeaseRow, put_refusal, writes_refusal
 from ...core.perloop import PerLoop
 from ...core.retention import LifecycleEvent, ThreadState
 from ...core.rows import (
@@ -40,7 +46,7 @@ from ...core.rows import (
 )
 from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
 from . import scripts
-from .layout import LAYOUT_VERSION, check_parts, thread_keys
+from .layout import LAYOUT_VERSION, check_parts, guard_keys, thread_keys
 
 Client = Any  # redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
 _log = logging.getLogger(__name__)
@@ -83,6 +89,8 @@ _S = {name: _Script(getattr(scripts, name)) for name in (
     "PAGE", "FIND_RUNS", "DELETE_CHECKPOINTS", "DUMP", "LOAD", "DELETE_THREAD",
     "PIN", "TOUCH", "EXISTING", "REWRITE", "MIGRATIONS", "SIZES",
     "POLICY", "STATE", "SET_IF_ROW", "EXPIRE", "LOCK_RENEW", "LOCK_RELEASE",
+    "LEASE_ACQUIRE", "LEASE_RENEW", "LEASE_RELEASE", "DROP_IF_BEFORE", "UNINDEX_BEFORE",
+    "RAISE_EPOCH",
 )}
 _KINDS = {b"c": "checkpoint", b"b": "blob", b"w": "write"}
 
@@ -179,6 +187,43 @@ def _migrations(thread_id: str, flat: Sequence[bytes]) -> list[MigrationEntry]:
     return out
 
 
+def _pack_guard(guard: Guard | None, target: str, ns: str) -> bytes:
+    """A guard record of the guarded scripts (see `scripts._GUARD`); an unguarded item of a
+    guarded batch gets flags '0---'."""
+    if guard is None:
+        return b"0---\0\0\0\0\0\0"
+    read, lease = guard.read_head or "", guard.lease or ""
+    check_parts(read, lease)
+    flags = "1" + ("s" if guard.single else "-") + ("f" if guard.fresh else "-") + (
+        "a" if guard.apply else "-")
+    epoch = "" if guard.epoch is None else str(int(guard.epoch))
+    return _b(f"{flags}\0{read}\0{lease}\0{epoch}\0{target}\0{ns}\0")
+
+
+def _refused(found: Any) -> bool:
+    """Whether a guarded script's answer is a refusal (`{'\\0', item, facts...}`)."""
+    return isinstance(found, list) and len(found) == 7 and found[0] == b"\0"
+
+
+def _refusal(found: Sequence[Any], guard: Guard, item: CheckpointRow | Sequence[WriteRow],
+             now: str) -> ConcurrentWriteError:
+    """The error `core.guard` builds from the facts a guarded script refused on."""
+    _, _, seen, tomb, token, expiry, epoch = found
+    lease: LeaseRow | None = (_s(token), float(expiry)) if token else None
+    if isinstance(item, CheckpointRow):
+        err = put_refusal(guard, item.thread_id, item.checkpoint_ns, item.parent_checkpoint_id,
+                          _s(seen) or None, tomb == b"1", lease, int(epoch), float(now))
+    else:
+        w = item[0]
+        err = writes_refusal(guard, w.thread_id, w.checkpoint_ns, w.checkpoint_id,
+                             seen == b"1", tomb == b"1", lease, int(epoch), float(now))
+    if err is None:
+        raise AssertionError(
+            f"the Redis guard refused a write core.guard allows ({found!r}): the Lua rule in "
+            "scripts._GUARD no longer mirrors core.guard")
+    return err
+
+
 def _tightest(bounds: Sequence[tuple[bytes, bool]]) -> bytes:
     """The lowest of several (value, inclusive) upper bounds as a ZREVRANGEBYLEX max ("+" for
     none); of two equal values, the exclusive one."""
@@ -189,7 +234,20 @@ def _tightest(bounds: Sequence[tuple[bytes, bool]]) -> bytes:
 
 
 class RedisStore:
-    """Rows in Redis: each operation is one script on the thread's keys (one slot)."""
+    """Rows in Redis: each operation is one script on the thread's keys (one slot).
+
+    One writer per thread (`core.guard`): a guarded write's script reads the namespace's head,
+    the thread's tombstone and lease row (keys of the thread's slot) and decides before it
+    writes, so two writers of a namespace never both pass against one head, standalone or
+    Cluster. Times (tombstones, lease expiries) are `clock()`'s, passed in, never the
+    server's. The store's epoch (`<prefix>:epoch`, only read for a guard with an epoch): on a
+    standalone server the script reads the key itself (atomic). In a Cluster it lives in
+    another slot: the write reads it just before its script and passes it in, and the script
+    also checks the thread's own `ep` (the newest epoch that wrote the thread, kept in meta by
+    every guarded write). So once a newer primary has written a thread, an older writer's
+    write to it is refused atomically; before that, a `raise_epoch` landing between the read
+    and the script is missed by that one write (a window of one round trip).
+    """
 
     inline = False
     wants_versions = True  # the row lists the blobs it reads, for the read scripts
@@ -229,6 +287,12 @@ class RedisStore:
         self._audit_key = f"{prefix}:audit"
         self._lifecycle_key = f"{prefix}:lifecycle"
         self._lock_key = f"{prefix}:sweep-lock"
+        self._tombstones_key = f"{prefix}:tombstones"
+        self._leases_key = f"{prefix}:leases"
+        self._epoch_key = f"{prefix}:epoch"
+        self.tombstone_ttl_ms: int | None = None
+        """A tombstone's native TTL (the checkpointer's `tombstone_ttl`); a backstop only:
+        `drop_tombstones` goes by `clock()`."""
         self.clock: Callable[[], float] = time.time
         self.lock_lease = LOCK_LEASE
         self._seen: OrderedDict[str, None] = OrderedDict()
@@ -489,18 +553,41 @@ class RedisStore:
 
     # -- writing ------------------------------------------------------------------------------
 
-    async def write_checkpoint(self, row: CheckpointRow, blobs: Sequence[BlobRow]) -> set[str]:
+    async def _guarded(self, thread_id: str, guards: Sequence[Guard | None] | None
+                       ) -> tuple[Sequence[str], str]:
+        """The keys of a write's script and the epoch to pass it: the thread's keys; with a
+        guard its tombstone and lease keys too, and, for a guard with an epoch, the store's
+        epoch key (standalone) or its value read now (Cluster: another slot)."""
+        keys = self.keys(thread_id)
+        if not guards or all(g is None for g in guards):
+            return keys, ""
+        keys = (*keys, *guard_keys(self.prefix, thread_id))
+        if not any(g is not None and g.epoch is not None for g in guards):
+            return keys, ""
+        if isinstance(await self._client(), RedisCluster):
+            return keys, str(await self.read_epoch())
+        return (*keys, self._epoch_key), ""
+
+    async def write_checkpoint(
+        self, row: CheckpointRow, blobs: Sequence[BlobRow], guard: Guard | None = None
+    ) -> set[str]:
         tid, ns = row.thread_id, row.checkpoint_ns
         check_parts(ns, row.checkpoint_id, *(p for b in blobs for p in (b.channel, b.version)))
+        record = b"" if guard is None else _pack_guard(guard, row.parent_checkpoint_id or "", ns)
         added = await self._index(tid, [row.run_id] if row.run_id else [])
         packed = _pack_row(row)
-        keys = self.keys(tid)
+        keys, epoch = await self._guarded(tid, [guard])
         fell_back: set[str] = set()
         while True:
+            now = self._now
+            heads, *values = _pack_blobs(blobs)
             missing = await self._call(
                 "PUT", keys,
-                [self._ttl_arg, self._now, ns, row.checkpoint_id, packed, *_pack_blobs(blobs)],
+                [self._ttl_arg, now, ns, row.checkpoint_id, packed, heads, record, epoch,
+                 *values],
             )
+            if guard is not None and _refused(missing):
+                raise _refusal(missing, guard, row, now)
             if not isinstance(missing, list):
                 await self._indexed(tid, missing, added)
                 break
@@ -514,18 +601,27 @@ class RedisStore:
         await self._after_write()
         return fell_back
 
-    async def write_batch(self, items: Sequence[BatchItem]) -> list[set[str]]:
+    async def write_batch(
+        self, items: Sequence[BatchItem], guards: Sequence[Guard | None] | None = None
+    ) -> list[set[str]]:
         """All of `items` in one BATCH script call. A batch holds one thread's items, all in
-        one hash slot: the script applies them in order, or, if some append-delta's base is
-        gone, none, naming those; they are then re-sent whole, as `write_checkpoint` does.
-        The thread and run index entries as the single calls make them."""
+        one hash slot: the script checks every guarded item, then applies them in order, or,
+        if some append-delta's base is gone, none, naming those; they are then re-sent whole,
+        as `write_checkpoint` does. The thread and run index entries as the single calls
+        make them."""
+        if guards is not None and len(guards) != len(items):
+            raise ValueError(f"write_batch got {len(guards)} guards for {len(items)} items")
         tid: str | None = None
         runs: dict[str, None] = {}
         # One entry per item the script gets: a checkpoint (row, packed row, blobs, result) or
         # packed writes (an empty list of writes is no item).
         entries: list[tuple[CheckpointRow, bytes, list[BlobRow], set[str]] | bytes] = []
+        # per entry: its guard and the item it checks (for the error of a refusal)
+        checks: list[tuple[Guard | None, CheckpointRow | Sequence[WriteRow]]] = []
+        records: list[bytes] = []
         out: list[set[str]] = []
-        for item in items:
+        for i, item in enumerate(items):
+            guard = None if guards is None else guards[i]
             if isinstance(item, tuple):
                 row, blobs = item
                 tids = [row.thread_id]
@@ -536,11 +632,15 @@ class RedisStore:
                     runs[row.run_id] = None
                 out.append(set())
                 entries.append((row, _pack_row(row), list(blobs), out[-1]))
+                checks.append((guard, row))
+                records.append(_pack_guard(guard, row.parent_checkpoint_id or "", row.checkpoint_ns))
             else:
                 tids = [w.thread_id for w in item]
                 check_parts(*(p for w in item for p in (w.checkpoint_ns, w.checkpoint_id, w.task_id)))
                 if item:
                     entries.append(_pack_writes(item))
+                    checks.append((guard, item))
+                    records.append(_pack_guard(guard, item[0].checkpoint_id, item[0].checkpoint_ns))
             for t in tids:
                 if tid is None:
                     tid = t
@@ -549,10 +649,12 @@ class RedisStore:
         if tid is None:
             return out  # nothing to store
         added = await self._index(tid, runs)
-        keys = self.keys(tid)
+        keys, epoch = await self._guarded(tid, [g for g, _ in checks])
+        record = b"".join(records) if len(keys) > len(self.keys(tid)) else b""
         kinds = "".join("w" if isinstance(e, bytes) else "c" for e in entries)
         while True:
-            args: list[Any] = [self._ttl_arg, self._now, kinds]
+            now = self._now
+            args: list[Any] = [self._ttl_arg, now, kinds, record, epoch]
             for e in entries:
                 if isinstance(e, bytes):
                     args.append(e)
@@ -560,6 +662,10 @@ class RedisStore:
                     row, packed, blobs, _ = e
                     args += [row.checkpoint_ns, row.checkpoint_id, packed, *_pack_blobs(blobs)]
             missing = await self._call("BATCH", keys, args)
+            if record and _refused(missing):
+                guard, checked = checks[int(missing[1])]
+                assert guard is not None
+                raise _refusal(missing, guard, checked, now)
             if not isinstance(missing, list):
                 await self._indexed(tid, missing, added)
                 break
@@ -578,16 +684,22 @@ class RedisStore:
         await self._after_write(len(entries))
         return out
 
-    async def write_writes(self, rows: Sequence[WriteRow]) -> None:
+    async def write_writes(self, rows: Sequence[WriteRow], guard: Guard | None = None) -> None:
         by_thread: dict[str, list[WriteRow]] = {}
         for r in rows:
             check_parts(r.checkpoint_ns, r.checkpoint_id, r.task_id)
             by_thread.setdefault(r.thread_id, []).append(r)
         for tid, group in by_thread.items():
+            first = group[0]
+            record = b"" if guard is None else _pack_guard(
+                guard, first.checkpoint_id, first.checkpoint_ns)
             added = await self._index(tid, ())
+            keys, epoch = await self._guarded(tid, [guard])
+            now = self._now
             new = await self._call(
-                "PUT_WRITES", self.keys(tid), [self._ttl_arg, self._now, _pack_writes(group)]
-            )
+                "PUT_WRITES", keys, [self._ttl_arg, now, _pack_writes(group), record, epoch])
+            if guard is not None and _refused(new):
+                raise _refusal(new, guard, group, now)
             await self._indexed(tid, new, added)
         await self._after_write()
 
@@ -648,8 +760,18 @@ class RedisStore:
         out.sort(key=lambda m: (m.migrated_at, *m.key))
         return out
 
-    async def delete_thread(self, thread_id: str) -> None:
-        await self._call("DELETE_THREAD", self.keys(thread_id), [])
+    def _bury_args(self, thread_id: str, tombstone: bool) -> tuple[Sequence[str], list[Any]]:
+        """DELETE_THREAD's and EXPIRE's keys, and their tombstone arguments."""
+        keys = (*self.keys(thread_id), *guard_keys(self.prefix, thread_id))
+        ttl = "" if self.tombstone_ttl_ms is None else str(self.tombstone_ttl_ms)
+        return keys, [self._now if tombstone else "", ttl]
+
+    async def delete_thread(self, thread_id: str, tombstone: bool = False) -> None:
+        keys, args = self._bury_args(thread_id, tombstone)
+        if tombstone:  # indexed first: a tombstone never exists unindexed (a dropped index
+            # entry whose tombstone never came is harmless: `drop_tombstones` finds none)
+            await self._command("ZADD", self._tombstones_key, args[0], thread_id)
+        await self._call("DELETE_THREAD", keys, args)
         await self._unindex(thread_id)
 
     async def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -763,10 +885,15 @@ class RedisStore:
     async def touch_thread(self, thread_id: str) -> None:
         await self._call("SET_IF_ROW", (self.keys(thread_id)[6],), ["read", self._now])
 
-    async def expire_thread(self, thread_id: str, generation: int) -> bool:
-        """One script: every key of the thread goes if its gen is still `generation`; then
-        its thread index entry (its run index entries go at `housekeep`)."""
-        done = await self._call("EXPIRE", self.keys(thread_id), [generation])
+    async def expire_thread(self, thread_id: str, generation: int, tombstone: bool = False
+                            ) -> bool:
+        """One script: every key of the thread goes (leaving its `tombstone`) if its gen is
+        still `generation`; then its thread index entry (its run index entries go at
+        `housekeep`)."""
+        keys, args = self._bury_args(thread_id, tombstone)
+        if tombstone:
+            await self._command("ZADD", self._tombstones_key, args[0], thread_id)
+        done = await self._call("EXPIRE", keys, [generation, *args])
         if done:
             await self._unindex(thread_id)
         return bool(done)
@@ -991,6 +1118,62 @@ class RedisStore:
                 ns, cid = member.split(b"\0", 1)
                 out.append((tid, _s(ns), _s(cid)))
         return out
+
+    # -- one writer per thread: tombstones, leases, the epoch ----------------------------------
+
+    async def tombstone(self, thread_id: str) -> float | None:
+        found = await self._command("GET", guard_keys(self.prefix, thread_id)[0])
+        return None if found is None else float(found.rpartition(b"\0")[2])  # `last \0 at`
+
+    async def drop_tombstones(self, before: float, limit: int | None) -> int:
+        """Tombstones and lease rows older than `before` (by their stored times, `clock()`'s,
+        found through their indexes): each dropped by a script that checks its time again."""
+        dropped = 0
+        cut = repr(float(before))
+        for index, which in ((self._tombstones_key, 0), (self._leases_key, 1)):
+            args: list[Any] = ["ZRANGEBYSCORE", index, "-inf", f"({cut}"]
+            if limit is not None:
+                args += ["LIMIT", 0, limit]
+            tids = [_s(m) for m in await self._command(*args)]
+            for tid in tids:
+                gone = await self._call(
+                    "DROP_IF_BEFORE", (guard_keys(self.prefix, tid)[which],), [cut])
+                dropped += int(gone) if which == 0 else 0
+            if tids:
+                await self._call("UNINDEX_BEFORE", (index,), [cut, *tids])
+        return dropped
+
+    async def _lease(self, script: str, thread_id: str, token: str, ttl: float) -> bool:
+        now = float(self.clock())
+        until = now + ttl
+        done = await self._call(
+            script, (guard_keys(self.prefix, thread_id)[1],), [token, repr(now), repr(until)])
+        if done:  # a hint for `drop_tombstones` (checked again there)
+            await self._command("ZADD", self._leases_key, repr(until), thread_id)
+        return bool(done)
+
+    async def acquire_lease(self, thread_id: str, token: str, ttl: float) -> bool:
+        return await self._lease("LEASE_ACQUIRE", thread_id, token, ttl)
+
+    async def renew_lease(self, thread_id: str, token: str, ttl: float) -> bool:
+        return await self._lease("LEASE_RENEW", thread_id, token, ttl)
+
+    async def release_lease(self, thread_id: str, token: str) -> None:
+        await self._call("LEASE_RELEASE", (guard_keys(self.prefix, thread_id)[1],), [token])
+
+    async def read_lease(self, thread_id: str) -> LeaseRow | None:
+        found = await self._command("GET", guard_keys(self.prefix, thread_id)[1])
+        if found is None:
+            return None
+        token, until = bytes(found).split(b"\0", 1)
+        return _s(token), float(until)
+
+    async def read_epoch(self) -> int:
+        found = await self._command("GET", self._epoch_key)
+        return 0 if found is None else int(found)
+
+    async def raise_epoch(self, epoch: int) -> int:
+        return int(await self._call("RAISE_EPOCH", (self._epoch_key,), [int(epoch)]))
 
     def refuses(self, exc: BaseException) -> bool:
         """None of Redis's errors is taken for a refusal: every error that is not a caller
