@@ -68,7 +68,7 @@ class Failover:
         with self.fanout.lock:
             if self.epoch is None and self.primary is primary and epoch is not None:
                 self.epoch = epoch
-                write_with([primary, *(r.saver for r in self.fanout.views)], epoch)
+                write_with([primary, *(r.local_saver for r in self.fanout.views)], epoch)
 
     def _down(self, exc: BaseException, failed: Saver) -> None:
         with self.fanout.lock:  # atomic with a promotion (which clears this)
@@ -127,7 +127,7 @@ class Failover:
             fence_store(replica.saver, epoch)
             as_replica(replica.saver, False)
             self.epoch = epoch
-            write_with([old, *(r.saver for r in views)], epoch)
+            write_with([old, *(r.local_saver for r in views)], epoch)
             # The old primary's down window goes first: a call that sees the new primary must
             # not see that window (it would promote another replica in its place).
             self.down_until = 0.0

@@ -125,6 +125,12 @@ class ProcessReplica(Health):
         return self._saver
 
     @property
+    def local_saver(self) -> StoreCheckpointer | None:
+        """This process's saver of the replica, if reads opened one (none is opened for
+        this: the replicator process applies with the epoch each op carries)."""
+        return self._saver
+
+    @property
     def queue(self) -> OrderedDict[int, Op]:
         return self.pending
 

@@ -174,6 +174,11 @@ class Replica(Health):
             assert self._batches is not None  # `_head` makes a batch of puts only then
             self._batches.put_batch([(e.op.kind, *e.op.args) for e in batch])
 
+    @property
+    def local_saver(self) -> BaseCheckpointSaver[Any] | None:
+        """The replica's saver in this process (whose writes carry the epoch)."""
+        return self.saver
+
     def _rowsaver(self) -> RowSaver:
         if self._rows is None:  # rows are sent only to savers of ours (`rows_compatible`)
             raise TypeError(f"replica {self.name} cannot store rows")
