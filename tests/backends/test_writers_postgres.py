@@ -4,7 +4,7 @@ both pass against the same head; tombstones refuse a late writer of another proc
 stalled lease holder (SIGSTOP) is fenced off once another took the lease; storage of the
 previous version is upgraded in place.
 
-Processes are spawned (`tests/support/writers_pg_worker.py`) and meet at multiprocessing
+Processes are spawned (`tests/support/writers.py`) and meet at multiprocessing
 barriers, so each race is real. Only outcomes are asserted, never timings.
 """
 
@@ -13,12 +13,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import multiprocessing
+import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -28,13 +26,12 @@ from langgraph.types import Command
 
 from langgraph_ckpt_ext import PostgresCheckpointer
 from langgraph_ckpt_ext.backends.postgres.migrations import LATEST, MIGRATIONS
-from tests.core.test_writers import assert_one_chain, race_graph
-from tests.support import writers_pg_worker as worker
+from tests.support import writers as worker
 from tests.support.savers import PG_DSN, drop_pg_schemas, pg_schema
+from tests.support.writers import Target, assert_one_chain, race_graph
 
 pytestmark = pytest.mark.postgres
 
-ROOT = Path(__file__).resolve().parents[2]
 SPAWN = multiprocessing.get_context("spawn")
 
 
@@ -55,8 +52,8 @@ def start(schema: str, thread: str) -> PostgresCheckpointer:
     return cp
 
 
-def spawn(fn: Any, *args: Any) -> Any:
-    proc = SPAWN.Process(target=fn, args=args)
+def spawn(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    proc = SPAWN.Process(target=fn, args=args, kwargs=kwargs)
     proc.start()
     return proc
 
@@ -74,17 +71,17 @@ def drain(queue: Any, n: int) -> list[Any]:
 def test_two_processes_racing_graph_runs_one_wins_each_round(schema: str) -> None:
     rounds = 4
     with start(schema, "race") as cp:
-        barriers = [SPAWN.Barrier(2) for _ in range(rounds)]
+        go, barriers = SPAWN.Barrier(2), [SPAWN.Barrier(2) for _ in range(rounds)]
         out = SPAWN.Queue()
-        procs = [spawn(worker.racing_runs, schema, name, "race", barriers, out)
-                 for name in "ab"]
+        procs = [spawn(worker.race_worker, Target("postgres", schema), "race", name, go,
+                       barriers, out) for name in "ab"]
         results = drain(out, 2 * rounds)
         join(*procs)
         per_round = collections.defaultdict(list)
-        for _, outcome, round_ in results:
+        for round_, _, outcome in results:
             per_round[round_].append(outcome)
         assert {r: sorted(o) for r, o in per_round.items()} == {
-            r: ["refused", "won"] for r in range(rounds)}
+            r: ["ConcurrentWriteError", "won"] for r in range(rounds)}
         assert_one_chain(cp, "race")
         # the thread goes on from where the last winner left it
         graph = race_graph().compile(checkpointer=cp)
@@ -99,8 +96,8 @@ def test_puts_from_two_processes_and_many_connections_one_lands_per_head(
     with start(schema, "many") as cp:
         barrier = SPAWN.Barrier(2)
         out = SPAWN.Queue()
-        procs = [spawn(worker.many_puts, schema, p, "many", rounds, connections, barrier, out)
-                 for p in range(2)]
+        procs = [spawn(worker.many_puts, Target("postgres", schema), p, "many", rounds,
+                       connections, barrier, out) for p in range(2)]
         results = drain(out, 2 * rounds)
         join(*procs)
         landed = collections.Counter[int]()
@@ -113,7 +110,8 @@ def test_puts_from_two_processes_and_many_connections_one_lands_per_head(
 def test_a_late_put_from_another_process_after_delete_is_refused(schema: str) -> None:
     with start(schema, "late") as cp:
         read_done, deleted, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
-        proc = spawn(worker.late_put, schema, "late", read_done, deleted, out)
+        proc = spawn(worker.late_worker, Target("postgres", schema), "late", read_done, deleted,
+                     out)
         assert read_done.wait(60)
         cp.delete_thread("late")
         deleted.set()
@@ -131,7 +129,7 @@ def test_a_put_racing_delete_thread_never_outlives_it(schema: str) -> None:
     rounds = 6
     with start(schema, "del") as cp:
         barrier, out = SPAWN.Barrier(2), SPAWN.Queue()
-        proc = spawn(worker.put_racing_delete, schema, "del", rounds, barrier, out)
+        proc = spawn(worker.put_racing_delete, Target("postgres", schema), "del", rounds, barrier, out)
         seen = []
         for round_ in range(rounds):
             barrier.wait(30)
@@ -155,31 +153,30 @@ def test_stalled_holder_is_fenced_off_once_another_took_the_lease(schema: str) -
     past its lease, the test takes the lease and writes; continued (SIGCONT), the holder's
     put is refused with `LeaseLostError`."""
     with start(schema, "stall") as cp:
-        holder = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.writers_pg_worker", schema, "stall"],
-            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        ready, go, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+        holder = spawn(worker.late_worker, Target("postgres", schema), "stall", ready, go, out,
+                       lease_ttl=1.0)
         try:
-            assert holder.stdout is not None and holder.stdin is not None
-            assert holder.stdout.readline().strip() == "READY"
-            holder.send_signal(signal.SIGSTOP)
+            assert drain(out, 1)[0][0] == "leased" and ready.wait(60)
+            os.kill(holder.pid, signal.SIGSTOP)
             time.sleep(1.5)  # real time past the holder's lease (outcomes only asserted)
             config = {"configurable": {"thread_id": "stall"}}
             with cp.lease("stall", ttl=30, keep_alive=False) as taker:
                 race_graph().compile(checkpointer=cp).invoke(
                     Command(resume="taken"), taker.config(config))
-                holder.send_signal(signal.SIGCONT)
-                holder.stdin.write("go\n")
-                holder.stdin.flush()
-                assert holder.stdout.readline().split() == ["OUTCOME", "LeaseLostError"]
-                assert holder.wait(60) == 0
+                os.kill(holder.pid, signal.SIGCONT)
+                go.set()  # only once it runs again: setting an Event waits for its sleepers
+                assert dict(drain(out, 2)) == {"put": "LeaseLostError",
+                                               "writes": "LeaseLostError"}
+                join(holder)
             assert_one_chain(cp, "stall")
             state = race_graph().compile(checkpointer=cp).get_state(config)
             assert state.values["log"] == ["start", "step", "review:taken"]
         finally:
-            if holder.poll() is None:
-                holder.send_signal(signal.SIGCONT)
+            if holder.is_alive():
+                os.kill(holder.pid, signal.SIGCONT)
                 holder.kill()
-                holder.wait()
+                holder.join()
 
 
 async def _downgrade(schema: str, version: int) -> None:

@@ -1,5 +1,5 @@
 """Redis only: one writer per thread across processes. Each worker is a process of its own
-(multiprocessing "spawn", see tests/support/writers_redis_worker.py) with its own
+(multiprocessing "spawn", see tests/support/writers.py) with its own
 checkpointer, so the only thing the writers share is the server: the check must be atomic
 with the write in Redis itself (the guarded scripts), on a standalone server and on a Cluster.
 
@@ -15,9 +15,7 @@ its own clock past it (no sleeping for a TTL)."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import queue
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,14 +24,22 @@ from typing import Any
 import pytest
 
 from langgraph_ckpt_ext import RedisCheckpointer, ThreadLeasedError
-from tests.core.test_writers import assert_one_chain, history
-from tests.support import writers_redis_worker as worker
 from tests.support.savers import SaverHandle, open_saver, params
+from tests.support.writers import (
+    SPAWN,
+    Target,
+    Workers,
+    assert_one_chain,
+    history,
+    late_worker,
+    race_graph,
+    race_worker,
+    take,
+)
 
 pytestmark = pytest.mark.redis
 
 ROUNDS = 4
-CTX = multiprocessing.get_context("spawn")
 
 
 @pytest.fixture(params=params(["redis", "redis-cluster"]))
@@ -42,27 +48,13 @@ def handle(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SaverHand
         yield h
 
 
-class Workers:
-    """The worker processes a test started: joined, and killed if still alive, at the end
-    (only these processes, by their own handles)."""
+def target(handle: SaverHandle) -> Target:
+    assert handle.url is not None and handle.prefix is not None
+    return Target("redis", handle.prefix, handle.url)
 
-    def __init__(self) -> None:
-        self.procs: list[Any] = []
 
-    def start(self, target: Any, *args: Any) -> Any:
-        proc = CTX.Process(target=target, args=args, daemon=True)
-        proc.start()
-        self.procs.append(proc)
-        return proc
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.pid is not None and proc.is_alive():
-                os.kill(proc.pid, signal.SIGCONT)  # in case a test stopped it
-            proc.join(30)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(5)
+def graph(cp: Any) -> Any:
+    return race_graph(ask=False).compile(checkpointer=cp)
 
 
 @pytest.fixture
@@ -74,27 +66,19 @@ def workers() -> Iterator[Workers]:
         w.close()
 
 
-def take(q: Any, n: int) -> list[Any]:
-    out = []
-    for _ in range(n):
-        try:
-            out.append(q.get(timeout=120))
-        except queue.Empty:
-            raise AssertionError(f"a worker reported nothing (got {out})") from None
-    return out
-
-
 def test_two_processes_race_runs_one_wins_each_round(handle: SaverHandle, workers: Workers
                                                     ) -> None:
     cp = handle.inner
     thread = "race"
     config = {"configurable": {"thread_id": thread}}
-    worker.graph(cp).invoke({"log": ["start"]}, config)
-    go = CTX.Barrier(2)
-    barriers = [CTX.Barrier(2) for _ in range(ROUNDS)]
-    out = CTX.Queue()
+    graph(cp).invoke({"log": ["start"]}, config)
+    go = SPAWN.Barrier(2)
+    barriers = [SPAWN.Barrier(2) for _ in range(ROUNDS)]
+    out = SPAWN.Queue()
     for name in "ab":
-        workers.start(worker.race, handle.url, handle.prefix, thread, name, go, barriers, out)
+        # durability="sync": a refused checkpoint stops the run before its next step, so a
+        # run refused at its input never waits at the barrier
+        workers.start(race_worker, target(handle), thread, name, go, barriers, out, "sync")
     results = take(out, 2 * ROUNDS)
     for r in range(ROUNDS):
         got = sorted(o for rr, _, o in results if rr == r)
@@ -103,7 +87,7 @@ def test_two_processes_race_runs_one_wins_each_round(handle: SaverHandle, worker
     # each round's winner ran to the end on that chain (a loser's input checkpoint may be on
     # it too: the winner read the thread after it and chained onto it)
     log = cp.get_tuple(config).checkpoint["channel_values"]["log"]
-    assert log[:3] == ["start", "step", "review"] and log.count("review") == ROUNDS + 1
+    assert log[:3] == ["start", "step", "review:auto"] and log.count("review:auto") == ROUNDS + 1
     assert {x.rsplit("-", 1)[1] for x in log if x.startswith("race-")} == {
         str(r) for r in range(ROUNDS)}
 
@@ -113,17 +97,17 @@ def test_late_run_after_delete_from_another_process_refused(handle: SaverHandle,
     cp = handle.inner
     thread = "late"
     config = {"configurable": {"thread_id": thread}}
-    worker.graph(cp).invoke({"log": ["start"]}, config)
-    ready, deleted, out = CTX.Event(), CTX.Event(), CTX.Queue()
-    workers.start(worker.late, handle.url, handle.prefix, thread, ready, deleted, out)
+    graph(cp).invoke({"log": ["start"]}, config)
+    ready, deleted, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+    workers.start(late_worker, target(handle), thread, ready, deleted, out, run=True)
     assert ready.wait(120), "the worker's run never reached its node"
     cp.delete_thread(thread)  # while the other process's run is inside `step`
     deleted.set()
-    assert take(out, 1) == ["ThreadDeletedError"]
+    assert take(out, 1) == [("run", "ThreadDeletedError")]
     assert history(cp, thread) == [] and cp.get_tuple(config) is None
     assert cp.tombstone(thread) is not None
     # a new run on the thread starts afresh
-    worker.graph(cp).invoke({"log": ["again"]}, config)
+    graph(cp).invoke({"log": ["again"]}, config)
     assert cp.get_tuple(config).checkpoint["channel_values"]["log"][0] == "again"
     assert_one_chain(cp, thread)
 
@@ -132,9 +116,10 @@ def test_stalled_lease_holder_fenced_off(handle: SaverHandle, workers: Workers) 
     cp: RedisCheckpointer = handle.inner
     thread = "stalled"
     config = {"configurable": {"thread_id": thread}}
-    worker.graph(cp).invoke({"log": ["start"]}, config)
-    ready, go, out = CTX.Event(), CTX.Event(), CTX.Queue()
-    proc = workers.start(worker.stalled, handle.url, handle.prefix, thread, 1.0, ready, go, out)
+    graph(cp).invoke({"log": ["start"]}, config)
+    ready, go, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+    proc = workers.start(late_worker, target(handle), thread, ready, go, out, run=True,
+                         lease_ttl=1.0)
     assert ready.wait(120), "the holder's run never reached its node"
     os.kill(proc.pid, signal.SIGSTOP)
     try:
@@ -148,10 +133,9 @@ def test_stalled_lease_holder_fenced_off(handle: SaverHandle, workers: Workers) 
     finally:
         os.kill(proc.pid, signal.SIGCONT)
     go.set()  # only once it runs again: setting an Event waits for its sleepers to wake
-    assert take(out, 1) == ["LeaseLostError"]
-    graph = worker.graph(cp)
-    graph.invoke({"log": ["taker"]}, taker.config(config))
+    assert take(out, 2)[1] == ("run", "LeaseLostError")  # after ("leased", ...)
+    graph(cp).invoke({"log": ["taker"]}, taker.config(config))
     taker.release()
     assert_one_chain(cp, thread)
     log = cp.get_tuple(config).checkpoint["channel_values"]["log"]
-    assert "taker" in log and log[-1] == "review"
+    assert "taker" in log and log[-1] == "review:auto"

@@ -4,17 +4,16 @@ late put from another process after `delete_thread` (refused by the tombstone), 
 lease holder (SIGSTOP past its lease) fenced off once it wakes, and storage version 5
 upgraded in place to the tables of this issue.
 
-The workers are `tests.support.writers_worker`. The stalled holder's lease runs out in real
-time (that is the point: a real stall); no assertion is about timing, only about outcomes.
+The workers are `tests.support.writers`'s, each in a spawned process. The stalled holder's
+lease runs out in real time (that is the point: a real stall); no assertion is about timing,
+only about outcomes.
 """
 
 from __future__ import annotations
 
-import json
+import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,41 +25,31 @@ from langgraph.graph import END, START, StateGraph
 from langgraph_ckpt_ext import LeaseLostError, SQLiteCheckpointer, ThreadDeletedError
 from langgraph_ckpt_ext.backends.sqlite.migrations import LATEST, MIGRATIONS
 from tests.support.lifecycle import cfg
-from tests.support.writers_worker import LATE_ID, State
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def start(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.writers_worker", *args], cwd=ROOT,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def event(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        proc.wait(30)
-        raise AssertionError(proc.stderr.read() if proc.stderr else "the worker ended")
-    return json.loads(line)  # type: ignore[no-any-return]
-
-
-def go(proc: subprocess.Popen[str]) -> None:
-    assert proc.stdin is not None
-    proc.stdin.write("go\n")
-    proc.stdin.flush()
+from tests.support.writers import (
+    LATE_ID,
+    SPAWN,
+    State,
+    Target,
+    Workers,
+    assert_one_chain,
+    late_worker,
+    race_worker,
+    take,
+)
 
 
 @pytest.fixture
-def workers() -> Iterator[list[subprocess.Popen[str]]]:
-    procs: list[subprocess.Popen[str]] = []
-    yield procs
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGCONT)  # a stopped worker dies only once continued
-            proc.kill()
-        proc.wait(30)
+def workers() -> Iterator[Workers]:
+    w = Workers()
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+def joined(proc: Any) -> int:
+    proc.join(30)
+    return int(proc.exitcode)
 
 
 def step_graph() -> StateGraph:
@@ -74,68 +63,56 @@ def step_graph() -> StateGraph:
     return g
 
 
-def assert_one_chain(cp: SQLiteCheckpointer, thread_id: str) -> int:
-    """Every checkpoint of the thread is an ancestor of its head; how many there are."""
-    tuples = list(cp.list(cfg(thread_id)))
-    by_id = {t.config["configurable"]["checkpoint_id"]: t for t in tuples}
-    seen: set[str] = set()
-    cursor: Any = tuples[0]
-    while cursor is not None:
-        seen.add(cursor.config["configurable"]["checkpoint_id"])
-        parent = cursor.parent_config
-        cursor = None if parent is None else by_id[parent["configurable"]["checkpoint_id"]]
-    assert seen == set(by_id), f"{len(by_id) - len(seen)} checkpoint(s) off the head's chain"
-    return len(tuples)
-
-
 @pytest.mark.parametrize("fresh", [False, True], ids=["existing-thread", "new-thread"])
 def test_two_processes_racing_graph_runs_one_wins_each_round(
-    tmp_path: Path, workers: list[subprocess.Popen[str]], fresh: bool
+    tmp_path: Path, workers: Workers, fresh: bool
 ) -> None:
-    db, signals, rounds = tmp_path / "race.db", tmp_path / "signals", 4
-    signals.mkdir()
+    db, rounds = tmp_path / "race.db", 4
     with SQLiteCheckpointer(db) as cp:
         if not fresh:
             step_graph().compile(checkpointer=cp).invoke({"log": ["start"]}, cfg("t"))
-    workers += [start(str(db), "race", "t", name, str(rounds), str(signals)) for name in "ab"]
-    for proc in workers:
-        assert event(proc)["event"] == "ready"
+    go, out = SPAWN.Barrier(3), SPAWN.Queue()  # each round starts when the test says so
+    barriers = [SPAWN.Barrier(2) for _ in range(rounds)]
+    procs = [workers.start(race_worker, Target("sqlite", str(db)), "t", name, go, barriers, out)
+             for name in "ab"]
     winners = []
     for r in range(rounds):
-        (signals / f"go-{r}").touch()
-        outcomes = [event(proc) for proc in workers]
-        assert sorted(e["event"] for e in outcomes) == ["refused", "won"], outcomes
-        assert {e["round"] for e in outcomes} == {r}
-        assert [e["error"] for e in outcomes if e["event"] == "refused"] == [
-            "ConcurrentWriteError"]
-        winners.append("ab"[[e["event"] for e in outcomes].index("won")])
+        go.wait(60)
+        outcomes = take(out, 2)
+        assert sorted(o for _, _, o in outcomes) == ["ConcurrentWriteError", "won"], outcomes
+        assert {rr for rr, _, _ in outcomes} == {r}
+        winners.append(next(name for _, name, o in outcomes if o == "won"))
         with SQLiteCheckpointer(db) as cp:
             assert_one_chain(cp, "t")
-    for proc in workers:
-        assert proc.wait(30) == 0
+    for proc in procs:
+        assert joined(proc) == 0
     with SQLiteCheckpointer(db) as cp:
-        # each round's winner ran its step on the one chain (a refused run may have left
-        # its first checkpoints on it before it was overtaken: history, not a fork)
+        # each round's winner ran its step on the one chain, right after its input (a refused
+        # run may have left its input checkpoint on it before it was overtaken: history, not
+        # a fork)
         values = cp.get_tuple(cfg("t")).checkpoint["channel_values"]["log"]
-        assert [v for v in values if v.startswith("step-")] == [f"step-{w}" for w in winners]
+        ran = [values[i - 1] for i, v in enumerate(values) if v == "step" and i > 0]
+        assert [v for v in ran if v.startswith("race-")] == [
+            f"race-{w}-{r}" for r, w in enumerate(winners)]
         assert assert_one_chain(cp, "t") >= 3 * rounds
 
 
 def test_a_late_put_from_another_process_after_delete_is_refused(
-    tmp_path: Path, workers: list[subprocess.Popen[str]]
+    tmp_path: Path, workers: Workers
 ) -> None:
     db = tmp_path / "late.db"
     with SQLiteCheckpointer(db) as cp:
         graph = step_graph().compile(checkpointer=cp)
         graph.invoke({"log": ["start"]}, cfg("d"))
-        workers.append(late := start(str(db), "late", "d"))
-        assert event(late)["event"] == "read"  # the other process read the thread ...
+        ready, go, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+        late = workers.start(late_worker, Target("sqlite", str(db)), "d", ready, go, out)
+        assert ready.wait(60)  # the other process read the thread ...
         cp.delete_thread("d")  # ... and it is deleted before its run writes
         assert cp.tombstone("d") is not None
-        go(late)
-        assert event(late) == {"event": "late", "put": ThreadDeletedError.__name__,
-                               "writes": ThreadDeletedError.__name__}
-        assert late.wait(30) == 0
+        go.set()
+        assert dict(take(out, 2)) == {"put": ThreadDeletedError.__name__,
+                                      "writes": ThreadDeletedError.__name__}
+        assert joined(late) == 0
         assert list(cp.list(cfg("d"))) == [] and cp.thread_state("d") is None
         assert cp.get_tuple(cfg("d", checkpoint_id=LATE_ID)) is None
         graph.invoke({"log": ["again"]}, cfg("d"))  # a new run on the thread is welcome
@@ -143,26 +120,29 @@ def test_a_late_put_from_another_process_after_delete_is_refused(
 
 
 def test_a_stalled_lease_holder_is_fenced_off_when_it_wakes(
-    tmp_path: Path, workers: list[subprocess.Popen[str]]
+    tmp_path: Path, workers: Workers
 ) -> None:
     db = tmp_path / "stall.db"
     with SQLiteCheckpointer(db) as cp:
         graph = step_graph().compile(checkpointer=cp)
         graph.invoke({"log": ["start"]}, cfg("s"))
-        workers.append(holder := start(str(db), "stall", "s", "1"))
-        leased = event(holder)  # it holds the lease and read the thread under it
-        holder.send_signal(signal.SIGSTOP)
-        go(holder)  # what it does when it wakes: write what it read
-        while time.time() <= leased["expires_at"] + 0.05:  # a real stall past its lease
+        ready, go, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+        holder = workers.start(late_worker, Target("sqlite", str(db)), "s", ready, go, out,
+                               lease_ttl=1.0)
+        _, token, expires_at = take(out, 1)[0]  # it holds the lease ...
+        assert ready.wait(60)  # ... and read the thread under it
+        os.kill(holder.pid, signal.SIGSTOP)
+        while time.time() <= expires_at + 0.05:  # a real stall past its lease
             time.sleep(0.05)
         with cp.lease("s", ttl=30, keep_alive=False) as taker:
-            assert taker.token != leased["token"]
+            assert taker.token != token
             graph.invoke({"log": ["taker"]}, taker.config(cfg("s")))
             head = cp.get_tuple(cfg("s")).config["configurable"]["checkpoint_id"]
-            holder.send_signal(signal.SIGCONT)
-            assert event(holder) == {"event": "late", "put": LeaseLostError.__name__,
-                                     "writes": LeaseLostError.__name__}
-            assert holder.wait(30) == 0
+            os.kill(holder.pid, signal.SIGCONT)
+            go.set()  # what it does once it runs again: write what it read
+            assert dict(take(out, 2)) == {"put": LeaseLostError.__name__,
+                                          "writes": LeaseLostError.__name__}
+            assert joined(holder) == 0
             assert cp.get_tuple(cfg("s")).config["configurable"]["checkpoint_id"] == head
         assert cp.get_tuple(cfg("s", checkpoint_id=LATE_ID)) is None
         assert cp.get_tuple(cfg("s")).checkpoint["channel_values"]["log"][-2:] == [

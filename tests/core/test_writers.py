@@ -10,17 +10,14 @@ real every time (each run reads, writes its input checkpoint, then waits for the
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import operator
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
-from langgraph.graph import END, START, StateGraph
-from langgraph.types import Command, interrupt
+from langgraph.types import Command
 
 from langgraph_ckpt_ext import (
     ConcurrentWriteError,
@@ -31,6 +28,7 @@ from langgraph_ckpt_ext import (
 )
 from tests.support.lifecycle import DAY, Clock, cfg
 from tests.support.savers import SaverHandle, open_saver, params
+from tests.support.writers import assert_one_chain, async_race_graph, history, race, race_graph
 
 BACKENDS = ["memory", "sqlite", "postgres", "redis", "redis-cluster"]
 
@@ -39,77 +37,6 @@ BACKENDS = ["memory", "sqlite", "postgres", "redis", "redis-cluster"]
 def handle(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SaverHandle]:
     with open_saver(request.param, tmp_path) as h:
         yield h
-
-
-class State(TypedDict):
-    log: Annotated[list[str], operator.add]
-
-
-def race_graph(barrier: threading.Barrier | None = None) -> StateGraph:
-    """step -> review (interrupts while the log is short) -> END; `step` waits at `barrier`
-    when the newest input asks it to ("race")."""
-
-    def step(state: State) -> dict[str, Any]:
-        if barrier is not None and state["log"] and state["log"][-1].startswith("race"):
-            with contextlib.suppress(threading.BrokenBarrierError):  # the other was refused
-                barrier.wait(10)
-        return {"log": ["step"]}
-
-    def review(state: State) -> dict[str, Any]:
-        answer = interrupt("ok?") if len(state["log"]) < 4 else "auto"
-        return {"log": [f"review:{answer}"]}
-
-    g = StateGraph(State)
-    g.add_node("step", step)
-    g.add_node("review", review)
-    g.add_edge(START, "step")
-    g.add_edge("step", "review")
-    g.add_edge("review", END)
-    return g
-
-
-def history(cp: Any, thread_id: str) -> list[Any]:
-    return list(cp.list(cfg(thread_id)))
-
-
-def assert_one_chain(cp: Any, thread_id: str) -> None:
-    """Every checkpoint of the namespace is an ancestor of the head: no fork, nothing
-    orphaned."""
-    tuples = history(cp, thread_id)
-    by_id = {t.config["configurable"]["checkpoint_id"]: t for t in tuples}
-    head = tuples[0]
-    seen, cursor = set(), head
-    while cursor is not None:
-        cid = cursor.config["configurable"]["checkpoint_id"]
-        seen.add(cid)
-        parent = cursor.parent_config
-        cursor = None if parent is None else by_id[parent["configurable"]["checkpoint_id"]]
-    assert seen == set(by_id), f"{len(by_id) - len(seen)} checkpoint(s) off the head's chain"
-
-
-def race(cp: Any, thread_id: str, fresh: bool) -> list[str]:
-    """Two runs of the graph on one thread at once, from two threads; what each got."""
-    barrier = threading.Barrier(2)
-    graph = race_graph(barrier).compile(checkpointer=cp)
-    config = {"configurable": {"thread_id": thread_id}}
-    if not fresh:
-        graph.invoke({"log": ["start"]}, config)
-    outcomes: list[str] = []
-
-    def run(name: str) -> None:
-        try:
-            graph.invoke({"log": [f"race-{name}"]}, config)
-            outcomes.append("won")
-        except ConcurrentWriteError:
-            outcomes.append("refused")
-            barrier.abort()
-
-    threads = [threading.Thread(target=run, args=(n,)) for n in "ab"]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return sorted(outcomes)
 
 
 @pytest.mark.parametrize("fresh", [False, True], ids=["existing-thread", "new-thread"])
@@ -127,24 +54,7 @@ def test_two_concurrent_runs_one_wins_the_history_stays_one_chain(
 
 async def test_two_concurrent_async_runs_one_wins(handle: SaverHandle) -> None:
     cp = handle.inner
-    arrived = asyncio.Event()
-    waiting = 0
-
-    async def step(state: State) -> dict[str, Any]:
-        nonlocal waiting
-        if state["log"][-1].startswith("race"):
-            waiting += 1
-            if waiting == 2:
-                arrived.set()
-            with contextlib.suppress(TimeoutError):  # the other run was refused before
-                await asyncio.wait_for(arrived.wait(), 5)
-        return {"log": ["step"]}
-
-    g = StateGraph(State)
-    g.add_node("step", step)
-    g.add_edge(START, "step")
-    g.add_edge("step", END)
-    graph = g.compile(checkpointer=cp)
+    graph = async_race_graph().compile(checkpointer=cp)
     config = {"configurable": {"thread_id": "a"}}
     await graph.ainvoke({"log": ["start"]}, config)
     results = await asyncio.gather(

@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import operator
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import pytest
 from langgraph.graph import END, START, StateGraph
@@ -39,11 +38,11 @@ from langgraph_ckpt_ext import (
 from langgraph_ckpt_ext.core.guard import HEAD_KEY
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.strategies.smart.policies import OnEvents, Periodic
-from tests.core.test_writers import assert_one_chain, history, race
 from tests.strategies.test_smart import GatedStore, _astored_plan, _checkpoint
 from tests.support.lifecycle import Clock, cfg
 from tests.support.savers import PERSISTENT, SaverHandle, open_saver, params
 from tests.support.unplugged import unplug
+from tests.support.writers import State, assert_one_chain, async_race_graph, history, race
 
 BACKENDS = ["memory", "sqlite", "postgres", "redis", "redis-cluster"]
 LATER = Periodic(interval=3600.0)  # nothing written until flush(), an interrupt, close
@@ -68,19 +67,15 @@ def other_writer(handle: SaverHandle) -> Iterator[Any]:
         other.close()
 
 
-class Log(TypedDict):
-    log: Annotated[list[str], operator.add]
-
-
 def steps_graph(during: Any = None) -> StateGraph:
     """a -> b -> END; `during()` is called inside `a`."""
 
-    def a(state: Log) -> dict[str, Any]:
+    def a(state: State) -> dict[str, Any]:
         if during is not None:
             during()
         return {"log": ["a"]}
 
-    g = StateGraph(Log)
+    g = StateGraph(State)
     g.add_node("a", a)
     g.add_node("b", lambda s: {"log": ["b"]})
     g.add_edge(START, "a")
@@ -125,24 +120,7 @@ def test_smart_two_concurrent_runs_one_wins(handle: SaverHandle, fresh: bool,
 
 async def test_smart_two_concurrent_async_runs_one_wins(handle: SaverHandle) -> None:
     with SmartCheckpointer(handle.inner) as cp:
-        arrived = asyncio.Event()
-        waiting = 0
-
-        async def step(state: Log) -> dict[str, Any]:
-            nonlocal waiting
-            if state["log"][-1].startswith("race"):
-                waiting += 1
-                if waiting == 2:
-                    arrived.set()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(arrived.wait(), 5)
-            return {"log": ["step"]}
-
-        g = StateGraph(Log)
-        g.add_node("step", step)
-        g.add_edge(START, "step")
-        g.add_edge("step", END)
-        graph = g.compile(checkpointer=cp)
+        graph = async_race_graph().compile(checkpointer=cp)
         config = {"configurable": {"thread_id": "a"}}
         await graph.ainvoke({"log": ["start"]}, config)
         results = await asyncio.gather(
