@@ -103,8 +103,9 @@ def _expect(n: int, now: str, *, head: bool, exists: bool) -> str:
              f"f.f_epoch = ${n + 2}::bigint"]
     if head:
         parts.append(f"f.f_head IS NOT DISTINCT FROM ${n + 3}::text")
-    if exists:  # stored, or newer than what the thread's delete removed (`writes_refusal`)
-        parts.append(f"(f.f_exists OR f.f_newer) = ${n + 3}::boolean")
+    if exists:  # only a tombstone makes it matter: stored, or newer than what the thread's
+        # delete removed (`writes_refusal`); pending writes often come before their checkpoint
+        parts.append(f"(NOT f.f_tombstoned OR f.f_exists OR f.f_newer) = ${n + 3}::boolean")
     return "lgx_guard_expect(" + " AND ".join(parts) + ")"
 
 
