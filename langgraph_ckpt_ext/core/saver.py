@@ -256,6 +256,26 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
         """When the thread was deleted, while its tombstone lasts (None: no tombstone)."""
         return self.run_sync(self.atombstone(thread_id))
 
+    async def aread_epoch(self) -> int:
+        """The store's writer epoch (0 until raised; see `raise_epoch`)."""
+        return await self._store.read_epoch()
+
+    def read_epoch(self) -> int:
+        """The store's writer epoch (0 until raised; see `raise_epoch`)."""
+        return self.run_sync(self.aread_epoch())
+
+    async def araise_epoch(self, epoch: int) -> int:
+        """Make the store's writer epoch at least `epoch` (it never goes back); the epoch in
+        force. From then on, writes of checkpointers whose `writer_epoch` is older are
+        refused (`FencedError`): how a failover fences off a demoted primary's writers."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"an epoch is an integer >= 0, not {epoch!r}")
+        return await self._store.raise_epoch(epoch)
+
+    def raise_epoch(self, epoch: int) -> int:
+        """Sync `araise_epoch`."""
+        return self.run_sync(self.araise_epoch(epoch))
+
     @property
     def writers(self) -> str:
         """`"single"` or `"last_wins"` (see the constructor)."""

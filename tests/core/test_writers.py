@@ -297,9 +297,12 @@ def test_epoch_fences_off_an_older_writer(handle: SaverHandle) -> None:
     config = {"configurable": {"thread_id": "e"}}
     cp.writer_epoch = 1
     graph.invoke({"log": ["start"]}, config)
-    store = cp.stored  # noqa: F841 - row access, for the epoch
-    assert cp.run_sync(cp._store.raise_epoch(2)) == 2
-    assert cp.run_sync(cp._store.raise_epoch(1)) == 2  # never goes back
+    assert cp.read_epoch() == 0
+    assert cp.raise_epoch(2) == 2
+    assert cp.raise_epoch(1) == 2 == cp.read_epoch()  # never goes back
+    for bad in (-1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="epoch"):
+            cp.raise_epoch(bad)
     with pytest.raises(FencedError):
         graph.invoke(Command(resume="yes"), config)
     rows = cp.prepare_batch([("put", cfg("e2"), empty_checkpoint(),

@@ -417,7 +417,7 @@ def test_replicated_promotion_fences_off_the_demoted_primarys_writers(
         switch.down = True  # node 1 loses the primary: the replica is promoted, epoch 1
         g1.invoke({"log": ["after failover"]}, one)
         assert node1.primary is r1 and r1.writer_epoch == 1
-        assert r.inner.run_sync(r.inner._store.read_epoch()) == 1
+        assert r.inner.read_epoch() == 1
 
         # node 2 still reaches the old primary: its writes land there, but the promoted
         # store refuses their applies (epoch 0 < 1), and says so; never retried. (Node 2
@@ -435,7 +435,7 @@ def test_replicated_promotion_fences_off_the_demoted_primarys_writers(
 
         switch.down = False  # the old primary answers: fenced first, then a replica
         wait_until(lambda: node1.status().replicas[0].up, 30)
-        assert p.inner.run_sync(p.inner._store.read_epoch()) == 1
+        assert p.inner.read_epoch() == 1
         late = p.inner.get_tuple(cfg("two"))
         with pytest.raises(FencedError):  # any writer of the old primary with epoch 0
             p.inner.put(late.config, {**late.checkpoint,

@@ -22,14 +22,14 @@ def read_epoch(saver: Any) -> int | None:
     """The epoch of `saver`'s store (None: not one of ours)."""
     if not isinstance(saver, StoreCheckpointer):
         return None
-    return int(saver.run_sync(saver._store.read_epoch()))
+    return saver.read_epoch()
 
 
 def fence_store(saver: Any, epoch: int) -> None:
     """Raise `saver`'s store to `epoch` (older writers refused from then on), and write with
     it from now on."""
     if isinstance(saver, StoreCheckpointer):
-        saver.writer_epoch = int(saver.run_sync(saver._store.raise_epoch(epoch)))
+        saver.writer_epoch = saver.raise_epoch(epoch)
 
 
 def write_with(savers: list[Any], epoch: int) -> None:
