@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any, TypeVar, cast
@@ -576,6 +576,10 @@ class InMemoryCheckpointer(Checkpointer):
             `ConcurrentWriteError` when another run wrote the thread since it read it) or
             `"last_wins"` (no check): see `StoreCheckpointer`.
         tombstone_ttl: seconds a deleted thread's tombstone refuses late writes (None: none).
+        redact_metadata: keep secrets out of checkpoint metadata, where LangGraph copies a run's
+            `configurable` values: True (default) drops keys such as `api_key`, `token`,
+            `password`, `Authorization` (`core.redact`); a list adds key names to those;
+            False stores every key.
 
     Example:
         >>> from langgraph_ckpt_ext import InMemoryCheckpointer
@@ -595,13 +599,14 @@ class InMemoryCheckpointer(Checkpointer):
         sweep_every: float | None = None,
         writers: str = "single",
         tombstone_ttl: float | None = DEFAULT_TOMBSTONE_TTL,
+        redact_metadata: bool | Iterable[str] = True,
     ) -> None:
         super().__init__(
             MemoryStore(), serde=serde, snapshot_every=snapshot_every,
             append_log_bytes=append_log_bytes, schema_chain=schema_chain,
             audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
             retention=retention, sweep_every=sweep_every, writers=writers,
-            tombstone_ttl=tombstone_ttl,
+            tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
         )
 
     @classmethod

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ThreadNotFoundError
+from ..core.redact import DEFAULT
 from .common import (
     OK,
     USAGE,
@@ -241,7 +242,7 @@ def _history_start(saver: Checkpointer, args: argparse.Namespace, damage: Damage
         "next": doc["next"],
         "time": doc["created_at"],
         "writes": list(dict.fromkeys(w["channel"] for w in doc["pending_writes"])),
-        "metadata": doc["metadata"],
+        "metadata": DEFAULT.mask(doc["metadata"]),
     }]
 
 
@@ -262,7 +263,7 @@ def _history_row(e: HistoryEntry) -> dict[str, Any]:
         "next": list(e.next or ()),
         "time": e.created_at,
         "writes": list(dict.fromkeys(ch for _, ch, _ in e.pending_writes or ())),
-        "metadata": e.metadata,
+        "metadata": DEFAULT.mask(e.metadata or {}),
     }
 
 
@@ -329,7 +330,8 @@ def inspection_dict(state: Inspection) -> dict[str, Any]:
         "status": state.status,
         "next": list(state.next),
         "values": state.values,
-        "metadata": state.metadata,
+        # a secret stored before redaction (or by another saver) is never printed
+        "metadata": DEFAULT.mask(state.metadata or {}),
         "pending_writes": [
             {"task_id": task, "channel": channel, "value": value}
             for task, channel, value in state.pending_writes

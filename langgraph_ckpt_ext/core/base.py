@@ -18,6 +18,7 @@ from .store import Store
 
 if TYPE_CHECKING:
     from .audit import Auditor
+    from .redact import Redaction
     from .schema import SchemaChain
 
 T = TypeVar("T")
@@ -46,6 +47,8 @@ class SaverBase(BaseCheckpointSaver[str]):
     writer_epoch: int | None = None
     """The epoch this checkpointer writes with (a `ReplicatedCheckpointer` sets its
     primary's): the store refuses its guarded writes once its own epoch is newer."""
+    _redaction: Redaction | None
+    """Which metadata keys are secrets, kept out of storage (None: none)."""
     replica_apply: bool = False
     """This checkpointer is a replica of a `ReplicatedCheckpointer`: what it is given to
     write was decided by the primary, so only the epoch is checked (no head rule, tombstone

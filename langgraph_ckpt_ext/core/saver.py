@@ -13,7 +13,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -40,6 +40,7 @@ from .leases import Lease
 from .lifecycle import Lifecycle
 from .lifetime import store_lifetime
 from .reading import Reading, list_query
+from .redact import redaction
 from .retention import Retention
 from .rows import MigrationEntry, StoredSize
 from .schema import SchemaChain, stored_schema_version
@@ -115,6 +116,10 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
             writes of runs that read the thread before the delete are refused
             (`ThreadDeletedError`); the sweeper removes tombstones older than this. None:
             none left.
+        redact_metadata: keep secrets out of checkpoint metadata, where LangGraph copies a run's
+            `configurable` values: True (default) drops keys such as `api_key`, `token`,
+            `password`, `Authorization` (`core.redact`); a list adds key names to those;
+            False stores every key.
     """
 
     _where = ""  # what `repr` shows of where it stores: a path, a URL without its password
@@ -134,7 +139,9 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
         sweep_every: float | None = None,
         writers: str = "single",
         tombstone_ttl: float | None = DEFAULT_TOMBSTONE_TTL,
+        redact_metadata: bool | Iterable[str] = True,
     ) -> None:
+        self._redaction = redaction(redact_metadata)
         self._single = check_writers(writers) == "single"
         self._tombstone_ttl = check_tombstone_ttl(tombstone_ttl)
         super().__init__(serde=loading_serde(serde, unsafe_allow_any_class=unsafe_allow_any_class))

@@ -66,6 +66,8 @@ class Writing(Auditing):
         """A checkpoint as the rows to store (`seal`: with an audit record), and what to
         remember once they are stored."""
         md = get_serializable_checkpoint_metadata(config, metadata)
+        if self._redaction is not None:  # a secret a config carried stays out of storage
+            md = cast(CheckpointMetadata, self._redaction.drop(md))
         thread_id, ns, checkpoint_id, parent_id = put_ids(config, checkpoint, md, new_versions)
         if self.schema_chain is not None:  # the stamp is the chain's: an unnamed one sets none
             md.pop("schema_name", None)  # type: ignore[typeddict-item]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -68,6 +68,10 @@ class PostgresCheckpointer(Checkpointer):
             expects it stays one round trip; otherwise the facts are read in a transaction.
         tombstone_ttl: seconds a deleted thread's tombstone refuses the late writes of runs
             that read it before the delete (default a day; None: no tombstones).
+        redact_metadata: keep secrets out of checkpoint metadata, where LangGraph copies a run's
+            `configurable` values: True (default) drops keys such as `api_key`, `token`,
+            `password`, `Authorization` (`core.redact`); a list adds key names to those;
+            False stores every key.
         pool_options: passed to `asyncpg.create_pool`, e.g. `min_size`, `max_size`. Behind
             PgBouncer in transaction mode pass `statement_cache_size=0`.
 
@@ -93,6 +97,7 @@ class PostgresCheckpointer(Checkpointer):
         sweep_every: float | None = None,
         writers: str = "single",
         tombstone_ttl: float | None = DEFAULT_TOMBSTONE_TTL,
+        redact_metadata: bool | Iterable[str] = True,
         **pool_options: Any,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -114,7 +119,7 @@ class PostgresCheckpointer(Checkpointer):
             append_log_bytes=append_log_bytes, schema_chain=schema_chain,
             audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
             retention=retention, sweep_every=sweep_every, writers=writers,
-            tombstone_ttl=tombstone_ttl,
+            tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
         )
         if setup:
             self._setup_or_close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -75,6 +75,10 @@ class RedisCheckpointer(Checkpointer):
         tombstone_ttl: seconds a deleted thread's tombstone refuses late writes (default a
             day; None: none left). The sweep drops older ones by the checkpointer's clock;
             the tombstone key also carries this as a native TTL, so one outlives no sweep.
+        redact_metadata: keep secrets out of checkpoint metadata, where LangGraph copies a run's
+            `configurable` values: True (default) drops keys such as `api_key`, `token`,
+            `password`, `Authorization` (`core.redact`); a list adds key names to those;
+            False stores every key.
         client_options: passed to `redis.asyncio.Redis.from_url` (or `RedisCluster.from_url`);
             `socket_connect_timeout` defaults to 5 s.
 
@@ -102,6 +106,7 @@ class RedisCheckpointer(Checkpointer):
         sweep_every: float | None = None,
         writers: str = "single",
         tombstone_ttl: float | None = DEFAULT_TOMBSTONE_TTL,
+        redact_metadata: bool | Iterable[str] = True,
         **client_options: Any,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -125,7 +130,7 @@ class RedisCheckpointer(Checkpointer):
             append_log_bytes=append_log_bytes, bridge=bridge,
             schema_chain=schema_chain, audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
             retention=retention, sweep_every=sweep_every, writers=writers,
-            tombstone_ttl=tombstone_ttl,
+            tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
         )
         if self._tombstone_ttl is not None:
             store.tombstone_ttl_ms = max(1, int(self._tombstone_ttl * 1000))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import aiosqlite
@@ -114,6 +114,10 @@ class SQLiteCheckpointer(Checkpointer):
         tombstone_ttl: seconds a deleted thread's tombstone refuses late writes of runs that
             read it before the delete (`ThreadDeletedError`; default a day; None: no
             tombstones). The sweeper removes older ones.
+        redact_metadata: keep secrets out of checkpoint metadata, where LangGraph copies a run's
+            `configurable` values: True (default) drops keys such as `api_key`, `token`,
+            `password`, `Authorization` (`core.redact`); a list adds key names to those;
+            False stores every key.
 
     Example:
         >>> cp = SQLiteCheckpointer("agent.db")                      # doctest: +SKIP
@@ -138,6 +142,7 @@ class SQLiteCheckpointer(Checkpointer):
         sweep_every: float | None = None,
         writers: str = "single",
         tombstone_ttl: float | None = DEFAULT_TOMBSTONE_TTL,
+        redact_metadata: bool | Iterable[str] = True,
         _store: SQLiteStore | None = None,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -159,7 +164,7 @@ class SQLiteCheckpointer(Checkpointer):
             append_log_bytes=append_log_bytes, bridge=bridge,
             schema_chain=schema_chain, audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
             retention=retention, sweep_every=sweep_every, writers=writers,
-            tombstone_ttl=tombstone_ttl,
+            tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
         )
         if setup and _store is None:
             self._setup_or_close()
