@@ -12,7 +12,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from .base import SaverBase
-from .guard import Guard
+from .guard import Guard, apply_guard
 from .rows import BlobRow
 from .store import BatchItem
 from .writing import PreparedPut, Writing
@@ -130,8 +130,8 @@ class Batches(Writing):
         `epoch`: the writer's epoch, refused (`FencedError`) where this store's is newer;
         nothing else is checked (the writer's own store decided)."""
         if items:
-            guards = None if epoch is None else [Guard(False, epoch=epoch, apply=True)] * len(items)
-            await self._store.write_batch(items, guards)
+            guard = apply_guard(epoch)
+            await self._store.write_batch(items, None if guard is None else [guard] * len(items))
 
     def write_rows(self, items: Sequence[BatchItem], *, epoch: int | None = None) -> None:
         """Sync `awrite_rows`."""

@@ -93,6 +93,25 @@ def lease_token(config: Mapping[str, Any] | None, thread_id: str) -> str | None:
     return held_leases.get().get(thread_id)
 
 
+def with_held_lease(config: Any) -> Any:
+    """`config` carrying the lease token this context holds for its thread, for a write that
+    will run where this context's variables are not seen (the sync bridge's loop, a later
+    flush from another thread); the config as it is otherwise."""
+    conf = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(conf, Mapping) or conf.get("thread_id") is None:
+        return config
+    token = lease_token(config, str(conf["thread_id"]))
+    if token is None or conf.get(LEASE_KEY) == token:
+        return config
+    return {**config, "configurable": {**conf, LEASE_KEY: token}}
+
+
+def apply_guard(epoch: int | None) -> Guard | None:
+    """A write of rows another store's writer decided (a replica's apply, a copy): the
+    writer's epoch alone is checked (None: nothing)."""
+    return None if epoch is None else Guard(False, epoch=epoch, apply=True)
+
+
 def put_guard(config: Mapping[str, Any], metadata: Mapping[str, Any], parent: str | None,
               thread_id: str, *, single: bool, epoch: int | None) -> Guard:
     conf = config.get("configurable") or {}

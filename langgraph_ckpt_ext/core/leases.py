@@ -67,20 +67,22 @@ class Lease:
     async def aacquire(self) -> Lease:
         deadline = time.monotonic() + self.wait
         while not await self._store.acquire_lease(self.thread_id, self.token, self.ttl):
-            if time.monotonic() >= deadline:
-                raise ThreadLeasedError(
-                    f"thread {self.thread_id!r} is leased by another holder", self.thread_id)
-            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            await asyncio.sleep(self._pause(deadline))
         return self
 
     def acquire(self) -> Lease:
         deadline = time.monotonic() + self.wait
         while not self._run_sync(self._store.acquire_lease(self.thread_id, self.token, self.ttl)):
-            if time.monotonic() >= deadline:
-                raise ThreadLeasedError(
-                    f"thread {self.thread_id!r} is leased by another holder", self.thread_id)
-            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            time.sleep(self._pause(deadline))
         return self
+
+    def _pause(self, deadline: float) -> float:
+        """Seconds to wait before asking again; `ThreadLeasedError` once `wait` has run out."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ThreadLeasedError(
+                f"thread {self.thread_id!r} is leased by another holder", self.thread_id)
+        return min(0.05, left)
 
     async def arenew(self) -> None:
         """Extend the lease by its `ttl` from now; `LeaseLostError` if it was lost."""

@@ -35,7 +35,7 @@ from .bridge import Bridge, run_inline
 from .config import check_id
 from .failures import unavailable
 from .filters import validate_filter
-from .guard import LEASE_KEY, check_writers, held_leases
+from .guard import check_writers, with_held_lease
 from .leases import Lease
 from .lifecycle import Lifecycle
 from .lifetime import store_lifetime
@@ -65,19 +65,6 @@ def check_tombstone_ttl(ttl: float | None) -> float | None:
         raise ValueError(f"tombstone_ttl must be a positive number of seconds or None, "
                          f"not {ttl!r}")
     return float(ttl)
-
-
-def _with_held_lease(config: RunnableConfig) -> RunnableConfig:
-    """The config of a sync call carrying the lease this context holds for its thread: the
-    call itself runs on the bridge's loop, where this context's variables are not seen."""
-    held = held_leases.get()
-    conf = config.get("configurable") if isinstance(config, dict) else None
-    if not held or not isinstance(conf, dict) or LEASE_KEY in conf:
-        return config
-    token = held.get(conf.get("thread_id"))  # type: ignore[arg-type]
-    if token is None:
-        return config
-    return {**config, "configurable": {**conf, LEASE_KEY: token}}
 
 
 class StoreCheckpointer(Lifecycle, Batches, Reading):
@@ -189,7 +176,7 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self.run_sync(self.aput(_with_held_lease(config), checkpoint, metadata,
+        return self.run_sync(self.aput(with_held_lease(config), checkpoint, metadata,
                                        new_versions))
 
     def put_writes(
@@ -199,7 +186,7 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self.run_sync(self.aput_writes(_with_held_lease(config), writes, task_id, task_path))
+        self.run_sync(self.aput_writes(with_held_lease(config), writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
         self.run_sync(self.adelete_thread(thread_id))

@@ -20,7 +20,7 @@ from . import codec
 from .appendlog import Plan
 from .auditing import Auditing
 from .config import make_config, put_ids, write_ids
-from .guard import Guard, put_guard, writes_guard
+from .guard import Guard, apply_guard, put_guard, writes_guard
 from .rows import BlobRow, CheckpointRow, WriteRow
 from .versions import any_upgraded, is_upgraded, plain, version_key
 
@@ -119,9 +119,8 @@ class Writing(Auditing):
         return guard
 
     def _apply_guard(self) -> Guard | None:
-        """A replica's write: the writer's epoch alone is checked."""
-        epoch = self.writer_epoch
-        return None if epoch is None else Guard(False, epoch=epoch, apply=True)
+        """A replica's write, or a copy: the writer's epoch alone is checked."""
+        return apply_guard(self.writer_epoch)
 
     def _writes_guard(self, config: RunnableConfig, thread_id: str) -> Guard | None:
         if self.replica_apply:

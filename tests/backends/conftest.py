@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.support.savers import SaverHandle, drop_redis_prefixes, open_saver
+from tests.support.writers import Workers
 
 
 @pytest.fixture
@@ -25,3 +26,14 @@ def make_redis(tmp_path: Path) -> Iterator[Any]:
     for h in made:
         h.close_savers()
     drop_redis_prefixes(*{h.prefix for h in made if h.prefix})
+
+
+@pytest.fixture
+def workers() -> Iterator[Workers]:
+    """Worker processes a test starts (`Workers.start`): continued, joined and killed if
+    still alive at the end."""
+    w = Workers()
+    try:
+        yield w
+    finally:
+        w.close()

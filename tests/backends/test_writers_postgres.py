@@ -28,7 +28,7 @@ from langgraph_ckpt_ext import PostgresCheckpointer
 from langgraph_ckpt_ext.backends.postgres.migrations import LATEST, MIGRATIONS
 from tests.support import writers as worker
 from tests.support.savers import PG_DSN, drop_pg_schemas, pg_schema
-from tests.support.writers import Target, assert_one_chain, race_graph
+from tests.support.writers import Target, Workers, assert_one_chain, race_graph, take
 
 pytestmark = pytest.mark.postgres
 
@@ -52,30 +52,22 @@ def start(schema: str, thread: str) -> PostgresCheckpointer:
     return cp
 
 
-def spawn(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    proc = SPAWN.Process(target=fn, args=args, kwargs=kwargs)
-    proc.start()
-    return proc
-
-
 def join(*procs: Any) -> None:
     for proc in procs:
         proc.join(120)
         assert proc.exitcode == 0, f"worker exited with {proc.exitcode}"
 
 
-def drain(queue: Any, n: int) -> list[Any]:
-    return [queue.get(timeout=60) for _ in range(n)]
-
-
-def test_two_processes_racing_graph_runs_one_wins_each_round(schema: str) -> None:
+def test_two_processes_racing_graph_runs_one_wins_each_round(
+    schema: str, workers: Workers,
+) -> None:
     rounds = 4
     with start(schema, "race") as cp:
         go, barriers = SPAWN.Barrier(2), [SPAWN.Barrier(2) for _ in range(rounds)]
         out = SPAWN.Queue()
-        procs = [spawn(worker.race_worker, Target("postgres", schema), "race", name, go,
-                       barriers, out) for name in "ab"]
-        results = drain(out, 2 * rounds)
+        procs = [workers.start(worker.race_worker, Target("postgres", schema), "race", name,
+                               go, barriers, out) for name in "ab"]
+        results = take(out, 2 * rounds)
         join(*procs)
         per_round = collections.defaultdict(list)
         for round_, _, outcome in results:
@@ -90,15 +82,15 @@ def test_two_processes_racing_graph_runs_one_wins_each_round(schema: str) -> Non
 
 
 def test_puts_from_two_processes_and_many_connections_one_lands_per_head(
-    schema: str,
+    schema: str, workers: Workers,
 ) -> None:
     rounds, connections = 5, 8
     with start(schema, "many") as cp:
         barrier = SPAWN.Barrier(2)
         out = SPAWN.Queue()
-        procs = [spawn(worker.many_puts, Target("postgres", schema), p, "many", rounds,
-                       connections, barrier, out) for p in range(2)]
-        results = drain(out, 2 * rounds)
+        procs = [workers.start(worker.many_puts, Target("postgres", schema), p, "many",
+                               rounds, connections, barrier, out) for p in range(2)]
+        results = take(out, 2 * rounds)
         join(*procs)
         landed = collections.Counter[int]()
         for _, round_, n in results:
@@ -107,29 +99,34 @@ def test_puts_from_two_processes_and_many_connections_one_lands_per_head(
         assert_one_chain(cp, "many")
 
 
-def test_a_late_put_from_another_process_after_delete_is_refused(schema: str) -> None:
+def test_a_late_put_from_another_process_after_delete_is_refused(
+    schema: str, workers: Workers,
+) -> None:
     with start(schema, "late") as cp:
         read_done, deleted, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
-        proc = spawn(worker.late_worker, Target("postgres", schema), "late", read_done, deleted,
-                     out)
+        proc = workers.start(worker.late_worker, Target("postgres", schema), "late", read_done,
+                             deleted, out)
         assert read_done.wait(60)
         cp.delete_thread("late")
         deleted.set()
-        outcomes = dict(drain(out, 2))
+        outcomes = dict(take(out, 2))
         join(proc)
         assert outcomes == {"put": "ThreadDeletedError", "writes": "ThreadDeletedError"}
         assert list(cp.list({"configurable": {"thread_id": "late"}})) == []
         assert cp.tombstone("late") is not None
 
 
-def test_a_put_racing_delete_thread_never_outlives_it(schema: str) -> None:
+def test_a_put_racing_delete_thread_never_outlives_it(
+    schema: str, workers: Workers,
+) -> None:
     """The put lands before the delete (which then removes it) or is refused after it
     (`ThreadDeletedError`): never stored after the delete. Either order may happen in a
     round; the outcome is checked each round."""
     rounds = 6
     with start(schema, "del") as cp:
         barrier, out = SPAWN.Barrier(2), SPAWN.Queue()
-        proc = spawn(worker.put_racing_delete, Target("postgres", schema), "del", rounds, barrier, out)
+        proc = workers.start(worker.put_racing_delete, Target("postgres", schema), "del",
+                             rounds, barrier, out)
         seen = []
         for round_ in range(rounds):
             barrier.wait(30)
@@ -148,35 +145,31 @@ def test_a_put_racing_delete_thread_never_outlives_it(schema: str) -> None:
         assert_one_chain(cp, "del")
 
 
-def test_stalled_holder_is_fenced_off_once_another_took_the_lease(schema: str) -> None:
+def test_stalled_holder_is_fenced_off_once_another_took_the_lease(
+    schema: str, workers: Workers,
+) -> None:
     """A holder leases the thread (1 s, no keep-alive), reads it and is stopped (SIGSTOP);
     past its lease, the test takes the lease and writes; continued (SIGCONT), the holder's
     put is refused with `LeaseLostError`."""
     with start(schema, "stall") as cp:
         ready, go, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
-        holder = spawn(worker.late_worker, Target("postgres", schema), "stall", ready, go, out,
-                       lease_ttl=1.0)
-        try:
-            assert drain(out, 1)[0][0] == "leased" and ready.wait(60)
-            os.kill(holder.pid, signal.SIGSTOP)
-            time.sleep(1.5)  # real time past the holder's lease (outcomes only asserted)
-            config = {"configurable": {"thread_id": "stall"}}
-            with cp.lease("stall", ttl=30, keep_alive=False) as taker:
-                race_graph().compile(checkpointer=cp).invoke(
-                    Command(resume="taken"), taker.config(config))
-                os.kill(holder.pid, signal.SIGCONT)
-                go.set()  # only once it runs again: setting an Event waits for its sleepers
-                assert dict(drain(out, 2)) == {"put": "LeaseLostError",
-                                               "writes": "LeaseLostError"}
-                join(holder)
-            assert_one_chain(cp, "stall")
-            state = race_graph().compile(checkpointer=cp).get_state(config)
-            assert state.values["log"] == ["start", "step", "review:taken"]
-        finally:
-            if holder.is_alive():
-                os.kill(holder.pid, signal.SIGCONT)
-                holder.kill()
-                holder.join()
+        holder = workers.start(worker.late_worker, Target("postgres", schema), "stall", ready,
+                               go, out, lease_ttl=1.0)
+        assert take(out, 1)[0][0] == "leased" and ready.wait(60)
+        os.kill(holder.pid, signal.SIGSTOP)
+        time.sleep(1.5)  # real time past the holder's lease (outcomes only asserted)
+        config = {"configurable": {"thread_id": "stall"}}
+        with cp.lease("stall", ttl=30, keep_alive=False) as taker:
+            race_graph().compile(checkpointer=cp).invoke(
+                Command(resume="taken"), taker.config(config))
+            os.kill(holder.pid, signal.SIGCONT)
+            go.set()  # only once it runs again: setting an Event waits for its sleepers
+            assert dict(take(out, 2)) == {"put": "LeaseLostError",
+                                          "writes": "LeaseLostError"}
+            join(holder)
+        assert_one_chain(cp, "stall")
+        state = race_graph().compile(checkpointer=cp).get_state(config)
+        assert state.values["log"] == ["start", "step", "review:taken"]
 
 
 async def _downgrade(schema: str, version: int) -> None:

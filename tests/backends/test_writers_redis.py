@@ -57,15 +57,6 @@ def graph(cp: Any) -> Any:
     return race_graph(ask=False).compile(checkpointer=cp)
 
 
-@pytest.fixture
-def workers() -> Iterator[Workers]:
-    w = Workers()
-    try:
-        yield w
-    finally:
-        w.close()
-
-
 def test_two_processes_race_runs_one_wins_each_round(handle: SaverHandle, workers: Workers
                                                     ) -> None:
     cp = handle.inner

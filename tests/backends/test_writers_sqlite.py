@@ -15,7 +15,6 @@ import os
 import signal
 import sqlite3
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +35,6 @@ from tests.support.writers import (
     race_worker,
     take,
 )
-
-
-@pytest.fixture
-def workers() -> Iterator[Workers]:
-    w = Workers()
-    try:
-        yield w
-    finally:
-        w.close()
 
 
 def joined(proc: Any) -> int:

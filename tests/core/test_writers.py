@@ -33,6 +33,21 @@ from tests.support.writers import assert_one_chain, async_race_graph, history, r
 BACKENDS = ["memory", "sqlite", "postgres", "redis", "redis-cluster"]
 
 
+def started(cp: Any, thread_id: str) -> tuple[Any, dict[str, Any]]:
+    """The race graph on `cp`, and a thread it started (paused at its review)."""
+    graph = race_graph().compile(checkpointer=cp)
+    config = {"configurable": {"thread_id": thread_id}}
+    graph.invoke({"log": ["start"]}, config)
+    return graph, config
+
+
+def clocked(cp: Any) -> Clock:
+    """A settable clock, set on `cp` (tombstones and leases age by it)."""
+    clock = Clock()
+    cp.clock = clock
+    return clock
+
+
 @pytest.fixture(params=params(BACKENDS))
 def handle(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SaverHandle]:
     with open_saver(request.param, tmp_path) as h:
@@ -76,9 +91,7 @@ def test_last_wins_keeps_langgraphs_behaviour(tmp_path: Path) -> None:
 
 def test_time_travel_flows_stay_legal(handle: SaverHandle) -> None:
     cp = handle.inner
-    graph = race_graph().compile(checkpointer=cp)
-    config = {"configurable": {"thread_id": "tt"}}
-    graph.invoke({"log": ["start"]}, config)
+    graph, config = started(cp, "tt")
     snapshot = graph.get_state(config)
     graph.invoke(Command(resume="yes"), config)  # resume after an interrupt
     graph.invoke({"log": ["more"]}, config)
@@ -99,9 +112,7 @@ def test_time_travel_flows_stay_legal(handle: SaverHandle) -> None:
 
 def test_a_put_refused_stores_nothing(handle: SaverHandle) -> None:
     cp = handle.inner
-    graph = race_graph().compile(checkpointer=cp)
-    config = {"configurable": {"thread_id": "n"}}
-    graph.invoke({"log": ["start"]}, config)
+    graph, config = started(cp, "n")
     stale = cp.get_tuple(config)  # a run reads ...
     graph.invoke(Command(resume="yes"), config)  # ... another writes meanwhile
     before = len(history(cp, "n"))
@@ -154,11 +165,8 @@ def test_delete_then_late_put_and_late_writes_refused_new_run_welcome(
     handle: SaverHandle,
 ) -> None:
     cp = handle.inner
-    clock = Clock()
-    cp.clock = clock
-    graph = race_graph().compile(checkpointer=cp)
-    config = {"configurable": {"thread_id": "d"}}
-    graph.invoke({"log": ["start"]}, config)
+    clock = clocked(cp)
+    graph, config = started(cp, "d")
     late = cp.get_tuple(config)  # a run read the thread before the delete
     cp.delete_thread("d")
     assert cp.tombstone("d") == clock.now
@@ -182,11 +190,8 @@ def test_delete_then_late_put_and_late_writes_refused_new_run_welcome(
 
 def test_expired_thread_leaves_a_tombstone(handle: SaverHandle) -> None:
     cp = handle.inner
-    clock = Clock()
-    cp.clock = clock
-    graph = race_graph().compile(checkpointer=cp)
-    config = {"configurable": {"thread_id": "x"}}
-    graph.invoke({"log": ["start"]}, config)
+    clock = clocked(cp)
+    _, config = started(cp, "x")
     late = cp.get_tuple(config)
     cp.retention = {"idle": 60, "delete_paused": True}
     clock.advance(61)
@@ -213,9 +218,7 @@ def test_lease_refuses_a_second_holder_and_writers_without_its_token(
     handle: SaverHandle,
 ) -> None:
     cp = handle.inner
-    graph = race_graph().compile(checkpointer=cp)
-    config = {"configurable": {"thread_id": "l"}}
-    graph.invoke({"log": ["start"]}, config)
+    graph, config = started(cp, "l")
     with cp.lease("l", ttl=30, keep_alive=False) as lease:
         graph.invoke(Command(resume="yes"), config)  # this context holds the lease
         with pytest.raises(ThreadLeasedError), cp.lease("l", ttl=30):
@@ -257,11 +260,8 @@ async def test_async_lease(handle: SaverHandle) -> None:
 
 def test_stalled_holder_is_fenced_off_after_its_lease_expires(handle: SaverHandle) -> None:
     cp = handle.inner
-    clock = Clock()
-    cp.clock = clock
-    graph = race_graph().compile(checkpointer=cp)
-    config = {"configurable": {"thread_id": "s"}}
-    graph.invoke({"log": ["start"]}, config)
+    clock = clocked(cp)
+    graph, config = started(cp, "s")
     stalled = cp.lease("s", ttl=10, keep_alive=False).acquire()
     read = cp.get_tuple(stalled.config(config))  # reads, then stalls past its lease
     clock.advance(11)

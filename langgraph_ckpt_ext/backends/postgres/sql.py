@@ -193,30 +193,14 @@ def _unnest(first: int, *types: str) -> str:
 
 # Pending writes in one statement: the threads' rows ($19: their ids, sorted; $20: now), then
 # writes kept if present ($1..$9) and writes that replace ($10..$18).
-WRITE_WRITES = f"""
-WITH threads AS (
-    {_wrote("t", "$20::double precision", "FROM unnest($19::text[]) AS t")}
-), kept AS (
-    INSERT INTO lgx_writes ({_WRITE_COLS})
-    SELECT * FROM {_unnest(1, *_WRITE_TYPES)} WHERE EXISTS (SELECT 1 FROM threads)
-    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
-), replaced AS (
-    INSERT INTO lgx_writes ({_WRITE_COLS})
-    SELECT * FROM {_unnest(10, *_WRITE_TYPES)} WHERE EXISTS (SELECT 1 FROM threads)
-    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
-        channel = EXCLUDED.channel, type = EXCLUDED.type, data = EXCLUDED.data,
-        task_path = EXCLUDED.task_path
-)
-SELECT count(*) FROM threads"""
-
-
-# Guarded pending writes of one thread and checkpoint (`write_writes` with a guard): as
-# `WRITE_WRITES`, but first the thread's lock in share mode (tried: $21, its key; if a prune
-# or a lease change holds it, nothing is written and the count is 0), then, under the
-# thread's row lock, the facts the caller expects ($22: ns, $23: checkpoint id, $24: lock the
-# epoch row, $25..$28: see `_expect`).
-WRITE_WRITES_GUARDED = f"""
-WITH thread_lock AS (
+# Guarded (`WRITE_WRITES_GUARDED`: pending writes of one thread and checkpoint): first the
+# thread's lock in share mode (tried: $21, its key; if a prune or a lease change holds it,
+# nothing is written and the count is 0), then, under the thread's row lock, the facts the
+# caller expects ($22: ns, $23: checkpoint id, $24: lock the epoch row, $25..$28: see
+# `_expect`).
+def _write_writes(guarded: bool) -> str:
+    if guarded:
+        head = f"""thread_lock AS (
     SELECT {_try_shared("$21::int")} AS ok
 ), threads AS (
     {_wrote("t", "$20::double precision",
@@ -224,18 +208,30 @@ WITH thread_lock AS (
 ), checked AS (
     SELECT {_expect(25, "$20::double precision", head=False, exists=True)}
     FROM threads r CROSS JOIN LATERAL lgx_guard_facts(r.thread_id, $22, $23, $24::boolean) f
-), kept AS (
+)"""
+        after = "checked"
+    else:
+        head = f"""threads AS (
+    {_wrote("t", "$20::double precision", "FROM unnest($19::text[]) AS t")}
+)"""
+        after = "threads"
+    return f"""
+WITH {head}, kept AS (
     INSERT INTO lgx_writes ({_WRITE_COLS})
-    SELECT * FROM {_unnest(1, *_WRITE_TYPES)} WHERE EXISTS (SELECT 1 FROM checked)
+    SELECT * FROM {_unnest(1, *_WRITE_TYPES)} WHERE EXISTS (SELECT 1 FROM {after})
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 ), replaced AS (
     INSERT INTO lgx_writes ({_WRITE_COLS})
-    SELECT * FROM {_unnest(10, *_WRITE_TYPES)} WHERE EXISTS (SELECT 1 FROM checked)
+    SELECT * FROM {_unnest(10, *_WRITE_TYPES)} WHERE EXISTS (SELECT 1 FROM {after})
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET
         channel = EXCLUDED.channel, type = EXCLUDED.type, data = EXCLUDED.data,
         task_path = EXCLUDED.task_path
 )
-SELECT count(*) FROM checked"""
+SELECT count(*) FROM {after}"""
+
+
+WRITE_WRITES = _write_writes(False)
+WRITE_WRITES_GUARDED = _write_writes(True)
 
 # The facts of guarded writes as they are, for the caller to decide on (`core.guard`), in a
 # transaction it then writes in: the threads' locks in share mode, waiting ($1: their keys,

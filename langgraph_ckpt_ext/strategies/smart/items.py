@@ -23,7 +23,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ...core import codec
 from ...core.config import make_config, put_ids, write_ids
 from ...core.graph import ERROR, INTERRUPT, next_nodes
-from ...core.guard import LEASE_KEY, lease_token
+from ...core.guard import with_held_lease
 from ...core.inner import Op
 from ...core.lru import SizedLRU
 from ...core.versions import version_key
@@ -86,7 +86,7 @@ class Encoder:
         thread_id, ns, checkpoint_id, parent_id = put_ids(
             config, checkpoint, get_serializable_checkpoint_metadata(config, metadata),
             new_versions)
-        config = with_lease(config, thread_id)
+        config = with_held_lease(config)  # flushed later, maybe from another thread
         values = self._freeze(serde, thread_id, ns, checkpoint, new_versions)
         size = 256 + sum(len(values[ch].typed[1]) for ch in new_versions if ch in values)
         item = Put(
@@ -134,7 +134,7 @@ def writes_item(
 ) -> Writes:
     """The item of a `put_writes`."""
     thread_id, ns, checkpoint_id, task = write_ids(config, writes, task_id, task_path)
-    config = with_lease(config, thread_id)
+    config = with_held_lease(config)  # flushed later, maybe from another thread
     frozen = [(ch, codec.encode(serde, v, f"write to channel {ch!r} of task {task_id!r}"))
               for ch, v in writes]
     size = 64 + sum(len(v.typed[1]) for _, v in frozen)
@@ -142,17 +142,6 @@ def writes_item(
                   frozen, task, task_path, size, time.monotonic())
     item.events = _write_events(writes, plan_channels, side_effect_tools)
     return item
-
-
-def with_lease(config: RunnableConfig, thread_id: str) -> RunnableConfig:
-    """`config` carrying the lease token this context holds for the thread (`Lease`): the
-    item is written later, maybe by another thread (the timer, another run's flush), where
-    this context's leases are not seen."""
-    conf = config.get("configurable") or {}
-    token = lease_token(config, thread_id)
-    if token is None or conf.get(LEASE_KEY) == token:
-        return config
-    return {**config, "configurable": {**conf, LEASE_KEY: token}}
 
 
 def _put_events(metadata: CheckpointMetadata, checkpoint: Checkpoint) -> set[str]:
