@@ -25,11 +25,13 @@ from ..core.rows import (
     CheckpointRow,
     ListQuery,
     MigrationEntry,
+    Reseal,
     StoredSize,
     WriteRow,
     whole,
 )
 from ..core.saver import DEFAULT_TOMBSTONE_TTL
+from ..core.sealing import Compression, Encryption
 from ..core.store import BatchItem, GcPlanner, try_lock, write_in_turn
 from ..core.urls import parse_url
 from ..migrations import SchemaChain
@@ -383,6 +385,32 @@ class MemoryStore:
             self._wrote(row.thread_id, activity=False)
             return True
 
+    async def reseal(self, thread_id: str, changes: Sequence[Reseal]) -> int:
+        done = 0
+        with self._lock:
+            for ch in changes:
+                if ch.kind == "checkpoint":
+                    rows = self.checkpoints.get((thread_id, ch.checkpoint_ns), {})
+                    row = rows.get(ch.key[0])
+                    if row is not None and (row.checkpoint, row.metadata) == ch.old:
+                        rows[ch.key[0]] = replace(row, checkpoint=ch.new[0], metadata=ch.new[1])
+                        done += 1
+                elif ch.kind == "blob":
+                    blobs = self.blobs.get((thread_id, ch.checkpoint_ns), {})
+                    blob = blobs.get((ch.key[0], ch.key[1]))
+                    if blob is not None and (blob.type, blob.data) == ch.old[0]:
+                        blobs[(ch.key[0], ch.key[1])] = replace(
+                            blob, type=ch.new[0][0], data=ch.new[0][1])
+                        done += 1
+                else:
+                    bucket = self.writes.get((thread_id, ch.checkpoint_ns, ch.key[0]), {})
+                    write = bucket.get((ch.key[1], int(ch.key[2])))
+                    if write is not None and (write.type, write.data) == ch.old[0]:
+                        bucket[(ch.key[1], int(ch.key[2]))] = replace(
+                            write, type=ch.new[0][0], data=ch.new[0][1])
+                        done += 1
+        return done
+
     async def read_migrations(self, thread_id: str | None = None) -> list[MigrationEntry]:
         with self._lock:
             found = [m for m in self.migrations.values() if thread_id in (None, m.thread_id)]
@@ -580,6 +608,10 @@ class InMemoryCheckpointer(Checkpointer):
             `configurable` values: True (default) drops keys such as `api_key`, `token`,
             `password`, `Authorization` (`core.redact`); a list adds key names to those;
             False stores every key.
+        encryption: encrypt every stored value, pending write and metadata, bound to its
+            row (`Encryption`; the `encryption` extra): see `core.sealing`, `rotate_keys`.
+        compression: compress stored values with zstd first (`Compression`, or True; the
+            `zstd` extra).
 
     Example:
         >>> from langgraph_ckpt_ext import InMemoryCheckpointer
@@ -600,6 +632,8 @@ class InMemoryCheckpointer(Checkpointer):
         writers: str = "single",
         tombstone_ttl: float | None = DEFAULT_TOMBSTONE_TTL,
         redact_metadata: bool | Iterable[str] = True,
+        encryption: Encryption | None = None,
+        compression: Compression | bool | None = None,
     ) -> None:
         super().__init__(
             MemoryStore(), serde=serde, snapshot_every=snapshot_every,
@@ -607,6 +641,7 @@ class InMemoryCheckpointer(Checkpointer):
             audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
             retention=retention, sweep_every=sweep_every, writers=writers,
             tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
+            encryption=encryption, compression=compression,
         )
 
     @classmethod
@@ -629,4 +664,4 @@ class InMemoryCheckpointer(Checkpointer):
 
     @property
     def store(self) -> MemoryStore:
-        return self._store  # type: ignore[return-value]
+        return self._raw_store  # type: ignore[return-value]

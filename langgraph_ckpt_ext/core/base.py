@@ -17,9 +17,12 @@ from .rows import CheckpointRow
 from .store import Store
 
 if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
+
     from .audit import Auditor
     from .redact import Redaction
     from .schema import SchemaChain
+    from .sealing import Sealer
 
 T = TypeVar("T")
 
@@ -53,6 +56,17 @@ class SaverBase(BaseCheckpointSaver[str]):
     """This checkpointer is a replica of a `ReplicatedCheckpointer`: what it is given to
     write was decided by the primary, so only the epoch is checked (no head rule, tombstone
     or lease); a promotion turns it off."""
+
+    _sealer: Sealer
+    """How values are sealed at rest (`core.sealing`); `_store` seals them when it is active."""
+    _raw_store: Store
+    """The backend's store itself (values as stored, sealed or not)."""
+
+    def _note_tenant(self, config: RunnableConfig, thread_id: str) -> None:
+        """Remember the tenant a run names, whose key seals what it writes (`Encryption`)."""
+        enc = self._sealer.encryption
+        if enc is not None and enc.tenant is not None:
+            self._store.note_tenant(thread_id, enc.tenant_of(config))  # type: ignore[attr-defined]
 
     def _sync_iter(self, agen: AsyncIterator[T]) -> Iterator[T]:
         if self._store.inline:

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from .appendlog import AppendLog, ListBytes, Mark, Plan, array_header, list_bytes
 from .errors import CorruptBlobError, SerializationError
 from .rows import BlobRow, Typed, WriteRow
+from .sealing import SEALED, open_unencrypted
 from .versions import version_key
 
 _MISS: Any = object()
@@ -83,6 +84,8 @@ def dumps(serde: SerializerProtocol, value: Any, what: str) -> Typed:
 
 def loads(serde: SerializerProtocol, typed: Typed, what: str) -> Any:
     """Deserialize a stored value; a failure raises `CorruptBlobError` naming `what`."""
+    if typed[0] == SEALED:  # compressed, read by a checkpointer that seals nothing
+        typed = open_unencrypted(typed, what)
     try:
         return serde.loads_typed((typed[0], bytes(typed[1])))
     except Exception as exc:

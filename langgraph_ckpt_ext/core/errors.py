@@ -100,6 +100,25 @@ class FencedError(ConcurrentWriteError):
     failover (`ReplicatedCheckpointer(promote=True)`) and still written through."""
 
 
+class DecryptionError(CorruptBlobError):
+    """A stored value failed authentication: it was sealed for another row, thread or version
+    (moved there), altered, or its key is not the one named in it (the message names the row)."""
+
+
+class UnknownKeyError(DecryptionError):
+    """A stored value names a key id the checkpointer's `KeyProvider` does not have."""
+
+
+class PlaintextRefusedError(CorruptBlobError):
+    """Encryption is on and a stored value is not encrypted (`plaintext="refuse"`): a row
+    written without encryption, or put there by someone without the key."""
+
+
+class DecompressionLimitError(CorruptBlobError):
+    """A stored value decompresses past the checkpointer's bound (`max_value_bytes`): refused
+    before it could exhaust memory."""
+
+
 class ReplicationError(CheckpointerError):
     """A write could not be replicated as the `ReplicatedCheckpointer`'s consistency asks."""
 

@@ -97,6 +97,24 @@ class WriteRow:
 
 
 @dataclass(frozen=True, slots=True)
+class Reseal:
+    """One stored value rewritten in place (`Store.reseal`: key rotation, encrypting a store),
+    only if the row still holds `old`."""
+
+    kind: str
+    """`"checkpoint"` (the record and the metadata of a checkpoint row, both replaced),
+    `"blob"` or `"write"`."""
+    checkpoint_ns: str
+    key: tuple[str, ...]
+    """checkpoint: (checkpoint_id,); blob: (channel, version); write: (checkpoint_id,
+    task_id, str(idx))."""
+    old: tuple[Typed, ...]
+    """What the row holds now: (checkpoint, metadata) of a checkpoint row, else (value,)."""
+    new: tuple[Typed, ...]
+    """What it holds after, in the same shape."""
+
+
+@dataclass(frozen=True, slots=True)
 class MigrationEntry:
     """One state-schema migration of one stored checkpoint, as logged by the backend."""
 

@@ -17,6 +17,7 @@ from .rows import (
     CheckpointRow,
     ListQuery,
     MigrationEntry,
+    Reseal,
     StoredSize,
     WriteRow,
 )
@@ -182,6 +183,15 @@ class Store(Protocol):
         writes by `writes` unless it is None, and log `entry`. False too if the checkpoint is
         gone (nothing is logged then).
         """
+        ...
+
+    async def reseal(self, thread_id: str, changes: Sequence[Reseal]) -> int:
+        """Rewrite stored values of a thread in place (key rotation; encrypting or compressing
+        a store): each change replaces its value(s) by `new` only if the row still holds
+        exactly `old` (a row rewritten or deleted since it was read is left alone, as is a
+        change naming no row). One transaction or script for all of them. Nothing else
+        changes: not the lifecycle row (a rotation is no activity), not the head; no guard.
+        How many changes were applied."""
         ...
 
     async def read_migrations(self, thread_id: str | None = None) -> list[MigrationEntry]:

@@ -69,6 +69,7 @@ class Writing(Auditing):
         if self._redaction is not None:  # a secret a config carried stays out of storage
             md = cast(CheckpointMetadata, self._redaction.drop(md))
         thread_id, ns, checkpoint_id, parent_id = put_ids(config, checkpoint, md, new_versions)
+        self._note_tenant(config, thread_id)
         if self.schema_chain is not None:  # the stamp is the chain's: an unnamed one sets none
             md.pop("schema_name", None)  # type: ignore[typeddict-item]
             md.update(self.schema_chain.stamp())  # type: ignore[typeddict-item]
@@ -192,6 +193,7 @@ class Writing(Auditing):
         task_path: str = "",
     ) -> builtins.list[WriteRow]:
         thread_id, ns, checkpoint_id, task = write_ids(config, writes, task_id, task_path)
+        self._note_tenant(config, thread_id)
         return codec.encode_writes(
             self.serde, thread_id, ns, checkpoint_id, writes, task, task_path
         )

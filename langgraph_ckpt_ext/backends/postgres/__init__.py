@@ -13,6 +13,7 @@ from ...core.errors import InvalidConfigError, StoreUnavailableError, require
 from ...core.opening import Opening, set_up
 from ...core.retention import Retention
 from ...core.saver import DEFAULT_TOMBSTONE_TTL, loading_serde
+from ...core.sealing import Compression, Encryption
 from ...core.urls import parse_url, redact
 from ...migrations import SchemaChain
 from ..checkpointer import Checkpointer
@@ -72,6 +73,10 @@ class PostgresCheckpointer(Checkpointer):
             `configurable` values: True (default) drops keys such as `api_key`, `token`,
             `password`, `Authorization` (`core.redact`); a list adds key names to those;
             False stores every key.
+        encryption: encrypt every stored value, pending write and metadata, bound to its
+            row (`Encryption`; the `encryption` extra): see `core.sealing`, `rotate_keys`.
+        compression: compress stored values with zstd first (`Compression`, or True; the
+            `zstd` extra).
         pool_options: passed to `asyncpg.create_pool`, e.g. `min_size`, `max_size`. Behind
             PgBouncer in transaction mode pass `statement_cache_size=0`.
 
@@ -98,6 +103,8 @@ class PostgresCheckpointer(Checkpointer):
         writers: str = "single",
         tombstone_ttl: float | None = DEFAULT_TOMBSTONE_TTL,
         redact_metadata: bool | Iterable[str] = True,
+        encryption: Encryption | None = None,
+        compression: Compression | bool | None = None,
         **pool_options: Any,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -120,6 +127,7 @@ class PostgresCheckpointer(Checkpointer):
             audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
             retention=retention, sweep_every=sweep_every, writers=writers,
             tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
+            encryption=encryption, compression=compression,
         )
         if setup:
             self._setup_or_close()
@@ -151,4 +159,4 @@ class PostgresCheckpointer(Checkpointer):
 
     @property
     def store(self) -> PostgresStore:
-        return self._store  # type: ignore[return-value]
+        return self._raw_store  # type: ignore[return-value]

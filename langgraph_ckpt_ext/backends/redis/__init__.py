@@ -13,6 +13,7 @@ from ...core.errors import require
 from ...core.opening import Opening, set_up
 from ...core.retention import Retention
 from ...core.saver import DEFAULT_TOMBSTONE_TTL, loading_serde
+from ...core.sealing import Compression, Encryption
 from ...core.urls import parse_url, redact
 from ...migrations import SchemaChain
 from ..checkpointer import Checkpointer
@@ -79,6 +80,10 @@ class RedisCheckpointer(Checkpointer):
             `configurable` values: True (default) drops keys such as `api_key`, `token`,
             `password`, `Authorization` (`core.redact`); a list adds key names to those;
             False stores every key.
+        encryption: encrypt every stored value, pending write and metadata, bound to its
+            row (`Encryption`; the `encryption` extra): see `core.sealing`, `rotate_keys`.
+        compression: compress stored values with zstd first (`Compression`, or True; the
+            `zstd` extra).
         client_options: passed to `redis.asyncio.Redis.from_url` (or `RedisCluster.from_url`);
             `socket_connect_timeout` defaults to 5 s.
 
@@ -107,6 +112,8 @@ class RedisCheckpointer(Checkpointer):
         writers: str = "single",
         tombstone_ttl: float | None = DEFAULT_TOMBSTONE_TTL,
         redact_metadata: bool | Iterable[str] = True,
+        encryption: Encryption | None = None,
+        compression: Compression | bool | None = None,
         **client_options: Any,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -131,6 +138,7 @@ class RedisCheckpointer(Checkpointer):
             schema_chain=schema_chain, audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
             retention=retention, sweep_every=sweep_every, writers=writers,
             tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
+            encryption=encryption, compression=compression,
         )
         if self._tombstone_ttl is not None:
             store.tombstone_ttl_ms = max(1, int(self._tombstone_ttl * 1000))
@@ -162,7 +170,7 @@ class RedisCheckpointer(Checkpointer):
 
     @property
     def store(self) -> RedisStore:
-        return self._store  # type: ignore[return-value]
+        return self._raw_store  # type: ignore[return-value]
 
     @property
     def ttl(self) -> float | None:

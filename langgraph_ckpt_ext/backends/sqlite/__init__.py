@@ -15,6 +15,7 @@ from ...core.guard import check_writers
 from ...core.opening import Opening, set_up
 from ...core.retention import Retention
 from ...core.saver import DEFAULT_TOMBSTONE_TTL, check_tombstone_ttl, loading_serde
+from ...core.sealing import Compression, Encryption
 from ...core.urls import parse_url
 from ...migrations import SchemaChain
 from ..checkpointer import Checkpointer
@@ -118,6 +119,10 @@ class SQLiteCheckpointer(Checkpointer):
             `configurable` values: True (default) drops keys such as `api_key`, `token`,
             `password`, `Authorization` (`core.redact`); a list adds key names to those;
             False stores every key.
+        encryption: encrypt every stored value, pending write and metadata, bound to its
+            row (`Encryption`; the `encryption` extra): see `core.sealing`, `rotate_keys`.
+        compression: compress stored values with zstd first (`Compression`, or True; the
+            `zstd` extra).
 
     Example:
         >>> cp = SQLiteCheckpointer("agent.db")                      # doctest: +SKIP
@@ -143,6 +148,8 @@ class SQLiteCheckpointer(Checkpointer):
         writers: str = "single",
         tombstone_ttl: float | None = DEFAULT_TOMBSTONE_TTL,
         redact_metadata: bool | Iterable[str] = True,
+        encryption: Encryption | None = None,
+        compression: Compression | bool | None = None,
         _store: SQLiteStore | None = None,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -165,6 +172,7 @@ class SQLiteCheckpointer(Checkpointer):
             schema_chain=schema_chain, audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
             retention=retention, sweep_every=sweep_every, writers=writers,
             tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
+            encryption=encryption, compression=compression,
         )
         if setup and _store is None:
             self._setup_or_close()
@@ -209,4 +217,4 @@ class SQLiteCheckpointer(Checkpointer):
     def store(self) -> SQLiteStore:
         """The row store under this checkpointer (leases, tombstones, the epoch: tools and
         tests reading below the saver interface)."""
-        return self._store  # type: ignore[return-value]
+        return self._raw_store  # type: ignore[return-value]
