@@ -22,11 +22,14 @@ from .core.errors import (
     ConcurrentWriteError,
     CorruptBlobError,
     CorruptChainError,
+    DecompressionLimitError,
+    DecryptionError,
     FencedError,
     InvalidConfigError,
     InvalidFilterError,
     LeaseLostError,
     MissingDependencyError,
+    PlaintextRefusedError,
     PrimaryUnavailableError,
     QuorumUnavailableError,
     ReplicationError,
@@ -39,6 +42,7 @@ from .core.errors import (
     ThreadExistsError,
     ThreadLeasedError,
     ThreadNotFoundError,
+    UnknownKeyError,
 )
 
 if TYPE_CHECKING:
@@ -47,9 +51,12 @@ if TYPE_CHECKING:
     from .backends.redis import RedisCheckpointer
     from .backends.sqlite import SQLiteCheckpointer
     from .connecting import connect
+    from .core.keys import CallbackKeys, EnvKeys, KeyProvider, StaticKeys, new_key
     from .core.retention import ErasureReport, Retention, SweepReport, ThreadState
+    from .core.rotation import RotationProgress, RotationReport
     from .core.rows import MigrationEntry
     from .core.schema import SchemaChain, SchemaStep
+    from .core.sealing import Compression, Encryption
     from .migrations.runner import MigrationProgress, MigrationReport
     from .state import (
         AgentSnapshot,
@@ -80,6 +87,10 @@ _LAZY = {
     "RedisCheckpointer": ".backends.redis",
     "connect": ".connecting",
     "MigrationEntry": ".core.rows",
+    **dict.fromkeys(("CallbackKeys", "EnvKeys", "KeyProvider", "StaticKeys", "new_key"),
+                    ".core.keys"),
+    **dict.fromkeys(("RotationProgress", "RotationReport"), ".core.rotation"),
+    **dict.fromkeys(("Compression", "Encryption"), ".core.sealing"),
     **dict.fromkeys(("ErasureReport", "Retention", "SweepReport", "ThreadState"),
                     ".core.retention"),
     "SchemaChain": ".core.schema",
@@ -103,11 +114,17 @@ _LAZY = {
 __all__ = [
     "AgentSnapshot",
     "AgentState",
+    "CallbackKeys",
     "CheckpointNotFoundError",
     "CheckpointerError",
+    "Compression",
     "ConcurrentWriteError",
     "CorruptBlobError",
     "CorruptChainError",
+    "DecompressionLimitError",
+    "DecryptionError",
+    "Encryption",
+    "EnvKeys",
     "ErasureReport",
     "EveryStep",
     "FencedError",
@@ -115,6 +132,7 @@ __all__ = [
     "InMemoryCheckpointer",
     "InvalidConfigError",
     "InvalidFilterError",
+    "KeyProvider",
     "LeaseLostError",
     "MemoryRef",
     "MigrationEntry",
@@ -123,6 +141,7 @@ __all__ = [
     "MissingDependencyError",
     "OnEvents",
     "Periodic",
+    "PlaintextRefusedError",
     "PlanStep",
     "PostgresCheckpointer",
     "PrimaryUnavailableError",
@@ -133,12 +152,15 @@ __all__ = [
     "ReplicationError",
     "ReplicationStatus",
     "Retention",
+    "RotationProgress",
+    "RotationReport",
     "SQLiteCheckpointer",
     "SchemaChain",
     "SchemaStep",
     "SchemaVersionError",
     "SerializationError",
     "SmartCheckpointer",
+    "StaticKeys",
     "StorageVersionError",
     "StoreBusyError",
     "StoreUnavailableError",
@@ -150,10 +172,12 @@ __all__ = [
     "ThreadState",
     "ToolCall",
     "ToolSpec",
+    "UnknownKeyError",
     "WorkingMemory",
     "aload_agent_state",
     "connect",
     "load_agent_state",
+    "new_key",
 ]
 
 __version__ = "0.1.0"

@@ -364,7 +364,7 @@ def test_rotation_beside_a_live_writer(handle: SaverHandle) -> None:
     def write() -> None:
         try:
             chat(both, "live0", turns=6, text="during")
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     try:
