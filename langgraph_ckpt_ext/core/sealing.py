@@ -211,7 +211,7 @@ class Sealer:
         if made is None:
             assert self.compression is not None
             made = self._local.compressor = self._zstd.ZstdCompressor(
-                level=self.compression.level)
+                level=self.compression.level, write_checksum=True)
         return made
 
     def _decompressor(self) -> Any:
@@ -361,6 +361,8 @@ class Sealer:
         except zstd.ZstdError as exc:
             raise DecryptionError(f"{describe(ident)}: its compressed value is corrupt: {exc}"
                                   ) from None
+        if declared >= 0 and out.tell() != declared:  # cut short (zstd keeps no checksum here)
+            raise DecryptionError(f"{describe(ident)}: its compressed value is truncated")
         return out.getvalue()
 
 

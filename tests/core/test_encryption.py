@@ -469,3 +469,32 @@ def test_chacha_and_compression_only(tmp_path: Path) -> None:
         {k: v for k, v in small._raw_store.__dict__.items() if not k.startswith("_")})
     assert state(reader, "s")["turns"] == 2
     assert zstandard  # the extra is installed for the tests
+
+
+def test_mangled_envelopes_fail_as_corrupt_rows_only() -> None:
+    """Any change to a sealed value (each byte flipped, truncated at every length, random
+    bytes) is refused as a corrupt row naming it, never another exception or a wrong value."""
+    import random
+
+    from langgraph_ckpt_ext.core.errors import CorruptBlobError
+    from langgraph_ckpt_ext.core.sealing import blob_identity
+
+    ident = blob_identity("t", "", "messages", "3", "2")
+    rng = random.Random(7)
+    for compression in (None, Compression(min_size=0)):
+        sealer = Sealer(enc(), compression)
+        typed = sealer.seal(("msgpack", b"\x92\xa1a\xa1b" * 50), ident)
+        assert sealer.open(typed, ident).typed == ("msgpack", b"\x92\xa1a\xa1b" * 50)
+        data = typed[1]
+        mangled = [data[:n] for n in range(len(data))]
+        mangled += [data[:i] + bytes((data[i] ^ 0x41,)) + data[i + 1:] for i in range(len(data))]
+        mangled += [bytes(rng.randrange(256) for _ in range(rng.randrange(80))) for _ in range(300)]
+        mangled += [b"LGX\x01" + bytes(rng.randrange(256) for _ in range(40)) for _ in range(300)]
+        for bad in mangled:
+            with pytest.raises(CorruptBlobError, match="messages"):
+                sealer.open((SEALED, bad), ident)
+    plain = Sealer(None, Compression(min_size=0))
+    squeezed = plain.seal(("msgpack", b"\x90" * 4000), ident)
+    for n in range(len(squeezed[1])):
+        with pytest.raises(CorruptBlobError):
+            plain.open((SEALED, squeezed[1][:n]), ident)

@@ -83,10 +83,22 @@ def backend(request: pytest.FixtureRequest) -> str:
 def test_random_flows_match_langgraph_and_are_never_refused(
     backend: str, seed: int, tmp_path: Path
 ) -> None:
+    flows(backend, seed, tmp_path)
+
+
+def test_random_flows_on_sealed_storage(backend: str, tmp_path: Path) -> None:
+    """The same, every value encrypted and compressed (`core.sealing`)."""
+    from langgraph_ckpt_ext import Compression, Encryption, StaticKeys
+
+    keys = StaticKeys({"k": bytes(range(32))})
+    flows(backend, 4, tmp_path, encryption=Encryption(keys), compression=Compression(min_size=0))
+
+
+def flows(backend: str, seed: int, tmp_path: Path, **options: Any) -> None:
     rng = random.Random(seed)
-    with open_saver(backend, tmp_path) as h:
+    with open_saver(backend, tmp_path, **options) as h:
         # a second object over the same storage (its own caches and append log)
-        twin = h.reopen() if backend in PERSISTENT else None
+        twin = h.reopen(**options) if backend in PERSISTENT else None
         try:
             for name, (build, make_input) in GRAPHS.items():
                 ref = build().compile(checkpointer=InMemorySaver())
