@@ -496,5 +496,10 @@ def test_mangled_envelopes_fail_as_corrupt_rows_only() -> None:
     plain = Sealer(None, Compression(min_size=0))
     squeezed = plain.seal(("msgpack", b"\x90" * 4000), ident)
     for n in range(len(squeezed[1])):
-        with pytest.raises(CorruptBlobError):
-            plain.open((SEALED, squeezed[1][:n]), ident)
+        # unencrypted, nothing is authenticated: a cut is refused, or (inside the frame's
+        # trailing checksum) reads the exact value
+        try:
+            got = plain.open((SEALED, squeezed[1][:n]), ident).typed
+        except CorruptBlobError:
+            continue
+        assert got == ("msgpack", b"\x90" * 4000) and n >= len(squeezed[1]) - 4
