@@ -1,18 +1,19 @@
 """Benchmark: what the audit trail (`audit=True`) costs a put, and what `verify` costs.
 
-Per backend, two checkpointers, one with audit off and one on, each over fresh storage of its
-own (auditing is a setting of the store: one audited storage would make both seal):
+Per backend, three checkpointers, audit off, on (unkeyed sha256 chain) and keyed (on, sealed
+with HMAC-SHA256 under `audit_keys`), each over fresh storage of its own (auditing is a setting
+of the store: one audited storage would make them all seal):
 
 1. Graph turns: a compiled chat graph (START -> agent -> END, messages growing by two per turn,
    three checkpoints per turn), `ainvoke` on one thread per checkpointer, continued across
    rounds.
 2. Raw puts: `aput` of a mid-size checkpoint (a list of 24 messages, about 12 KB, growing by one
    message per put, plus a counter and a small dict) on a chain of one thread per checkpointer.
-3. `averify` of a 200-checkpoint chat thread written with audit on, by a checkpointer that did
-   not write it.
+3. `averify` of a 200-checkpoint chat thread written with audit on (and keyed), by a
+   checkpointer that did not write it.
 
-Rounds alternate off/on (which goes first alternates too); the best round of each is printed,
-with the ratio on/off.
+Rounds interleave the checkpointers (the order reverses every other round); the best round of
+each is printed, with the ratios on/off and keyed/on.
 
 Run: `python benchmarks/bench_audit.py --backend sqlite|postgres|redis|all [--quick]`.
 Servers: PostgreSQL at --dsn, Redis at --redis-url; each run uses a fresh schema / key prefix
@@ -40,7 +41,10 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from places import drop, open_saver
 
+from langgraph_ckpt_ext.core.keys import StaticKeys, new_key
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
+
+KINDS = ("off", "on", "keyed")
 
 
 class ChatState(TypedDict):
@@ -109,17 +113,19 @@ async def best_rate(
 async def run(backend: str, args: argparse.Namespace) -> dict[str, float]:
     tmp = tempfile.TemporaryDirectory()
     places = [str(Path(tmp.name) / f"bench-{name}.db") if backend == "sqlite"
-              else f"lgxaudit_{uuid.uuid4().hex[:8]}" for name in ("off", "on")]
-    place = places[1]  # the audited one
+              else f"lgxaudit_{uuid.uuid4().hex[:8]}" for name in KINDS]
+    keys = StaticKeys({"bench": new_key()})
+    options: dict[str, dict[str, Any]] = {
+        "off": {"audit": False}, "on": {"audit": True}, "keyed": {"audit": True, "audit_keys": keys}}
     savers: list[StoreCheckpointer] = []
     try:
-        off, on = (open_saver(backend, p, args, audit=audit)
-                   for p, audit in zip(places, (False, True), strict=True))
-        savers += [off, on]
+        by_kind = {k: open_saver(backend, p, args, **options[k])
+                   for k, p in zip(KINDS, places, strict=True)}
+        savers += by_kind.values()
         res: dict[str, float] = {}
 
-        graphs = {name: chat_graph().compile(checkpointer=s) for name, s in (("off", off), ("on", on))}
-        turn = {"off": 0, "on": 0}
+        graphs = {name: chat_graph().compile(checkpointer=s) for name, s in by_kind.items()}
+        turn = dict.fromkeys(KINDS, 0)
 
         def chat(name: str) -> Callable[[], Awaitable[None]]:
             async def one() -> None:
@@ -130,30 +136,32 @@ async def run(backend: str, args: argparse.Namespace) -> dict[str, float]:
                 )
             return one
 
-        rates = await best_rate(args.rounds, args.turns, {"off": chat("off"), "on": chat("on")})
-        res["turns_off"], res["turns_on"] = rates["off"], rates["on"]
+        rates = await best_rate(args.rounds, args.turns, {k: chat(k) for k in KINDS})
+        for k in KINDS:
+            res[f"turns_{k}"] = rates[k]
         res["messages"] = 2.0 * turn["on"]
 
-        raw = {"off": RawThread(off, "raw-off"), "on": RawThread(on, "raw-on")}
+        raw = {k: RawThread(s, f"raw-{k}") for k, s in by_kind.items()}
         rates = await best_rate(args.rounds, args.puts, {k: t.put for k, t in raw.items()})
-        res["puts_off"], res["puts_on"] = rates["off"], rates["on"]
+        for k in KINDS:
+            res[f"puts_{k}"] = rates[k]
 
         # verify: a 200-checkpoint thread, by a checkpointer that did not write it
-        graph = graphs["on"]
-        for i in range(67):
-            await graph.ainvoke({"messages": [HumanMessage(f"v {i}")]},
-                                {"configurable": {"thread_id": "verify"}})
-        fresh = open_saver(backend, place, args, audit=True)
-        savers.append(fresh)
-        best = float("inf")
-        for _ in range(args.rounds):
-            start = time.perf_counter()
-            report = await fresh.averify("verify")
-            best = min(best, time.perf_counter() - start)
-            assert report.ok, str(report)
-        res["verify_checked"], res["verify_s"] = float(report.checked), best
-        for name in ("chat-on", "raw-on"):
-            assert (await fresh.averify(name)).ok
+        for kind, place in zip(KINDS[1:], places[1:], strict=True):
+            for i in range(67):
+                await graphs[kind].ainvoke({"messages": [HumanMessage(f"v {i}")]},
+                                           {"configurable": {"thread_id": "verify"}})
+            fresh = open_saver(backend, place, args, **options[kind])
+            savers.append(fresh)
+            best = float("inf")
+            for _ in range(args.rounds):
+                start = time.perf_counter()
+                report = await fresh.averify("verify")
+                best = min(best, time.perf_counter() - start)
+                assert report.ok, str(report)
+            res["verify_checked"], res[f"verify_s_{kind}"] = float(report.checked), best
+            for name in (f"chat-{kind}", f"raw-{kind}"):
+                assert (await fresh.averify(name)).ok
         return res
     finally:
         for s in savers:
@@ -182,12 +190,16 @@ def main() -> None:
         r = asyncio.run(run(backend, args))
         print(f"\n[{backend}]")
         print(f"  chat graph (to {r['messages']:.0f} messages): off {r['turns_off']:.0f} turns/s "
-              f"({3 * r['turns_off']:.0f} puts/s), on {r['turns_on']:.0f} turns/s "
-              f"({3 * r['turns_on']:.0f} puts/s); on/off {r['turns_on'] / r['turns_off']:.2f}")
+              f"({3 * r['turns_off']:.0f} puts/s), on {r['turns_on']:.0f} turns/s, keyed "
+              f"{r['turns_keyed']:.0f} turns/s; on/off {r['turns_on'] / r['turns_off']:.2f}, "
+              f"keyed/on {r['turns_keyed'] / r['turns_on']:.2f}")
         print(f"  raw aput (~12 KB checkpoint): off {r['puts_off']:.0f} puts/s, on "
-              f"{r['puts_on']:.0f} puts/s; on/off {r['puts_on'] / r['puts_off']:.2f}")
-        print(f"  verify {r['verify_checked']:.0f} checkpoints: {1000 * r['verify_s']:.1f} ms "
-              f"({r['verify_checked'] / r['verify_s']:.0f} checkpoints/s)")
+              f"{r['puts_on']:.0f} puts/s, keyed {r['puts_keyed']:.0f} puts/s; on/off "
+              f"{r['puts_on'] / r['puts_off']:.2f}, keyed/on {r['puts_keyed'] / r['puts_on']:.2f}")
+        for kind in KINDS[1:]:
+            s = r[f"verify_s_{kind}"]
+            print(f"  verify {r['verify_checked']:.0f} checkpoints ({kind}): {1000 * s:.1f} ms "
+                  f"({r['verify_checked'] / s:.0f} checkpoints/s)")
 
 
 if __name__ == "__main__":

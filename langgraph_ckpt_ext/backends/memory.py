@@ -16,6 +16,7 @@ from ..core.appendlog import DEFAULT_MAX_BYTES
 from ..core.codec import writes_order
 from ..core.errors import ConcurrentWriteError
 from ..core.guard import Guard, LeaseRow, put_refusal, writes_refusal
+from ..core.keys import KeyProvider
 from ..core.opening import Opening
 from ..core.retention import LifecycleEvent, Retention, ThreadState
 from ..core.rows import (
@@ -612,6 +613,9 @@ class InMemoryCheckpointer(Checkpointer):
             row (`Encryption`; the `encryption` extra): see `core.sealing`, `rotate_keys`.
         compression: compress stored values with zstd first (`Compression`, or True; the
             `zstd` extra).
+        audit_keys: seal the audit trail with HMAC-SHA256 under these keys (`KeyProvider`;
+            separate from the encryption keys), so that it cannot be forged without them:
+            see `StoreCheckpointer`, `verify`.
 
     Example:
         >>> from langgraph_ckpt_ext import InMemoryCheckpointer
@@ -634,6 +638,7 @@ class InMemoryCheckpointer(Checkpointer):
         redact_metadata: bool | Iterable[str] = True,
         encryption: Encryption | None = None,
         compression: Compression | bool | None = None,
+        audit_keys: KeyProvider | None = None,
     ) -> None:
         super().__init__(
             MemoryStore(), serde=serde, snapshot_every=snapshot_every,
@@ -641,7 +646,7 @@ class InMemoryCheckpointer(Checkpointer):
             audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
             retention=retention, sweep_every=sweep_every, writers=writers,
             tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
-            encryption=encryption, compression=compression,
+            encryption=encryption, compression=compression, audit_keys=audit_keys,
         )
 
     @classmethod

@@ -50,6 +50,9 @@ DAMAGED = 8
 """A store-wide command went on past damaged threads (each reported) and finished."""
 
 ENV_URL = "LGCKPT_URL"
+ENV_AUDIT = "LGCKPT_AUDIT"
+"""The audit keys' variables: $LGCKPT_AUDIT_KEYS ("id:base64,...", the last current unless
+$LGCKPT_AUDIT_KEY_CURRENT names one), as `EnvKeys(prefix="LGCKPT_AUDIT")` reads them."""
 URL_HELP = (
     "the checkpoint store: sqlite:///relative.db, sqlite:////abs/path.db "
     "[?busy_timeout=S&mode=ro], postgresql://user@host:5432/db[?schema=NAME], "
@@ -230,6 +233,13 @@ def open_saver(url: str | None, *, write: bool, create: bool | None = None,
         raise CliError("memory:// keeps nothing between runs: point --url at a SQLite, "
                        "PostgreSQL or Redis store", UNAVAILABLE)
     create = write if create is None else create
+    if os.environ.get(f"{ENV_AUDIT}_KEYS", "").strip() and "audit_keys" not in options:
+        from ..core.keys import EnvKeys  # seal and verify the audit trail with these keys
+
+        try:
+            options["audit_keys"] = EnvKeys(prefix=ENV_AUDIT)
+        except InvalidConfigError as exc:
+            raise CliError(str(exc), USAGE) from None
     from ..connecting import connect
 
     if scheme == "sqlite":

@@ -297,7 +297,9 @@ def _verify(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         description="Recompute each checkpoint's audit hash from what is stored and check the "
         "links to its parent, for threads written while the store was audited (lgckpt audit). "
         "Exits with 6 when a checkpoint was altered, removed or replaced, or when a thread "
-        "holds no audit trail.",
+        "holds no audit trail. With $LGCKPT_AUDIT_KEYS set ('id:base64key,...', the audit "
+        "keys the writers seal with), each keyed seal is checked under its key id, and a "
+        "checkpoint sealed without a key, or under a key id not given, fails too.",
         example="lgckpt verify --all\n"
                 "lgckpt verify t-1 --json",
     )
@@ -316,13 +318,15 @@ def audit_row(report: AuditReport) -> dict[str, Any]:
     elif unaudited:
         status = "not audited"
     else:
-        status = f"failed: {len(report.problems)} problem(s)"
+        status = f"failed ({report.status}): {len(report.problems)} problem(s)"
     return {
         "thread_id": report.thread_id,
         "checked": report.checked,
         "status": status,
         "ok": report.ok,
         "audited": not unaudited,
+        "keyed": report.keyed,
+        "key_ids": report.key_ids,
         "problems": [
             {"kind": p.kind, "checkpoint_ns": p.checkpoint_ns, "checkpoint_id": p.checkpoint_id,
              "detail": p.detail}

@@ -34,9 +34,11 @@ from .audit import Auditor
 from .batch import Batches, PreparedBatch
 from .bridge import Bridge, run_inline
 from .config import check_id
+from .errors import InvalidConfigError
 from .failures import unavailable
 from .filters import validate_filter
 from .guard import check_writers, with_held_lease
+from .keys import KeyProvider
 from .leases import Lease
 from .lifecycle import Lifecycle
 from .lifetime import store_lifetime
@@ -69,6 +71,14 @@ def check_tombstone_ttl(ttl: float | None) -> float | None:
         raise ValueError(f"tombstone_ttl must be a positive number of seconds or None, "
                          f"not {ttl!r}")
     return float(ttl)
+
+
+def check_audit_keys(keys: object) -> KeyProvider | None:
+    if keys is not None and not isinstance(keys, KeyProvider):
+        raise InvalidConfigError(
+            f"audit_keys takes a KeyProvider (StaticKeys, EnvKeys, CallbackKeys, or your own "
+            f"with current() and key()), not {type(keys).__name__}")
+    return keys
 
 
 class StoreCheckpointer(Lifecycle, Batches, Reading):
@@ -115,6 +125,12 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
             (`Encryption`: keys, algorithm, tenants, plaintext policy; see `core.sealing`).
         compression: compress stored values with zstd before any encryption (`Compression`,
             or True for its defaults).
+        audit_keys: seal the audit trail with a key (`KeyProvider`: `StaticKeys`, `EnvKeys`,
+            `CallbackKeys`; 32-byte keys, separate from the encryption keys): each record is
+            an HMAC-SHA256 under the key `audit_keys.current(None)` names, with its id, so
+            that someone who can write the store but lacks the key cannot forge a trail; and
+            `verify` checks records under the key ids they name. None: unkeyed sha256 records,
+            tamper-evident only against someone who cannot also rewrite them.
     """
 
     _where = ""  # what `repr` shows of where it stores: a path, a URL without its password
@@ -137,6 +153,7 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
         redact_metadata: bool | Iterable[str] = True,
         encryption: Encryption | None = None,
         compression: Compression | bool | None = None,
+        audit_keys: KeyProvider | None = None,
     ) -> None:
         self._redaction = redaction(redact_metadata)
         self._sealer = Sealer(encryption, Compression() if compression is True
@@ -148,7 +165,7 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
         if self._sealer.active:
             store = SealedStore(store, self._sealer, self._versions_of)
         self.schema_chain = schema_chain
-        self._auditor: Auditor = Auditor(store)
+        self._auditor: Auditor = Auditor(store, keys=check_audit_keys(audit_keys))
         self._audit_want = bool(audit)  # turn the store's auditing on at the first reading
         self._audit_on: bool | None = None  # the store's setting as read last (None: not yet)
         self._audit_read_at = 0.0

@@ -4,13 +4,23 @@ are `langgraph_ckpt_ext.core.audit`'s).
 `verify` recomputes each hash from the stored rows alone (no cache, no schema upgrade) and
 reports, oldest first: `altered` (content does not match the hash), `missing_parent` (the
 parent was deleted; its child is reported), `broken_link` (`prev` is not the parent's stored
-hash: the parent was replaced) and `unhashed` (written with audit off). What breaks a chain
-without tampering: an eager schema migration (`migrate_threads`) rewrites checkpoints, which
-then verify as altered (they are not re-hashed); pruning or deleting runs leaves the oldest kept
-checkpoint with a missing parent. A copied thread (`copy_thread`) is bound to the source's thread
-id: in an audited store it is sealed again under its own (`Auditor.reseal`). An unhashed
-checkpoint is reported with what the store's audit log says of its time: before auditing was
-turned on, after it was turned off (when, why), or while it was on.
+hash: the parent was replaced) and `unhashed` (written with audit off).
+
+Keyed trails (`audit_keys=`): a record sealed with a key (v2) is checked under the key its id
+names, taken from the verifying checkpointer's `audit_keys`; `unknown_key` when the provider
+has no key of that id (retired, or the record was forged under another key) or no keys are
+given. With keys given, an unkeyed record (v1, a plain sha256 that anyone with write access
+can recompute after rewriting the content, e.g. by deleting a thread and writing it again with
+`audit=True`) is reported `unkeyed`: it proves nothing against such a writer. Rotation: the
+provider's current key seals new records; older ones verify while it still holds their ids.
+
+What breaks a chain without tampering: an eager schema migration (`migrate_threads`) rewrites
+checkpoints, which then verify as altered (they are not re-hashed); pruning or deleting runs
+leaves the oldest kept checkpoint with a missing parent. A copied thread (`copy_thread`) is
+bound to the source's thread id: in an audited store it is sealed again under its own
+(`Auditor.reseal`, with the copying checkpointer's current audit key). An unhashed checkpoint
+is reported with what the store's audit log says of its time: before auditing was turned on,
+after it was turned off (when, why), or while it was on.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from ..core import codec
 from ..core.access import StoredRows
 from ..core.audit import AUDIT_KEY, Auditor, AuditStatus, content_hash
 from ..core.audit.digest import (
+    KEYED_VERSION,
     Digest,
     metadata_bytes,
     record_of,
@@ -33,7 +44,8 @@ from ..core.audit.digest import (
     write_digest,
 )
 from ..core.audit.status import when
-from ..core.errors import CheckpointerError, ThreadNotFoundError
+from ..core.errors import CheckpointerError, InvalidConfigError, ThreadNotFoundError, UnknownKeyError
+from ..core.keys import KeyProvider
 from ..core.retention import LifecycleEvent
 from ..core.rows import AuditSwitch, CheckpointRow, ListQuery
 
@@ -45,11 +57,19 @@ BROKEN_LINK = "broken_link"
 """`prev` is not the parent's stored hash (the parent was replaced)."""
 UNHASHED = "unhashed"
 """No audit record (written with audit off)."""
+UNKEYED = "unkeyed"
+"""(Keys given) an unkeyed record: its hash matches, but anyone with write access could have
+computed it, so it proves nothing against them."""
+UNKNOWN_KEY = "unknown_key"
+"""Sealed under a key id the audit keys do not hold (or no audit keys given): not checked."""
 CUT = "cut"
 """The parent is not stored, and the store recorded cutting this thread's history (a sweep or a
 prune of an audited store): a deletion on purpose, not tampering (`AuditReport.ok` holds)."""
 
-RANK = {CUT: 0, UNHASHED: 0, MISSING_PARENT: 1, ALTERED: 2, BROKEN_LINK: 3}
+RANK = {CUT: 0, UNHASHED: 0, UNKEYED: 0, UNKNOWN_KEY: 1, MISSING_PARENT: 1, ALTERED: 2,
+        BROKEN_LINK: 3}
+_SEVERITY = [ALTERED, BROKEN_LINK, MISSING_PARENT, UNKNOWN_KEY, UNKEYED, UNHASHED, CUT]
+"""Problem kinds, the gravest first (`AuditReport.status`)."""
 _PAGE = 32
 
 
@@ -58,7 +78,8 @@ class AuditProblem:
     """One checkpoint that does not verify."""
 
     kind: str
-    """`altered`, `missing_parent`, `broken_link` or `unhashed` (constants of this module)."""
+    """`altered`, `missing_parent`, `broken_link`, `unhashed`, `unkeyed`, `unknown_key` or
+    `cut` (constants of this module)."""
     thread_id: str
     checkpoint_ns: str
     checkpoint_id: str
@@ -82,6 +103,38 @@ class AuditReport:
     deletions: list[LifecycleEvent] = field(default_factory=list)
     """What the store recorded deleting of this thread on purpose, oldest first: an erasure
     (then nothing is left to check, and `erased` is True), expiries and history cuts."""
+    seals: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    """Each checkpoint examined, by (namespace, id): the audit key id its record is sealed
+    under, "" for an unkeyed record, None for none (or one that cannot be read)."""
+    keyed: bool = False
+    """Audit keys were given: unkeyed records count as problems (`unkeyed`)."""
+
+    @property
+    def status(self) -> str:
+        """The overall verdict: "intact" (`ok`), else the gravest problem kind found
+        ("altered", "broken_link", "missing_parent", "unknown_key", "unkeyed", "unhashed")."""
+        if self.ok:
+            return "intact"
+        kinds = {p.kind for p in self.problems}
+        return next(k for k in _SEVERITY if k in kinds)
+
+    def verdict(self, checkpoint_id: str, checkpoint_ns: str = "") -> str:
+        """One checkpoint's verdict: "intact", or its gravest problem kind; KeyError for one
+        not examined."""
+        if (checkpoint_ns, checkpoint_id) not in self.seals:
+            raise KeyError(checkpoint_id)
+        kinds = {p.kind for p in self.problems
+                 if (p.checkpoint_ns, p.checkpoint_id) == (checkpoint_ns, checkpoint_id)}
+        return next((k for k in _SEVERITY if k in kinds), "intact")
+
+    @property
+    def key_ids(self) -> dict[str, int]:
+        """Checkpoints sealed under each audit key id (unkeyed ones not counted)."""
+        out: dict[str, int] = {}
+        for kid in self.seals.values():
+            if kid:
+                out[kid] = out.get(kid, 0) + 1
+        return out
 
     @property
     def erased(self) -> bool:
@@ -106,12 +159,15 @@ class AuditReport:
             return (f"audit of thread {self.thread_id!r}: {verb} at {when(last.at)}{why}, "
                     f"{last.checkpoints or 'its'} checkpoint(s) deleted on purpose, as recorded")
         head = f"audit of thread {self.thread_id!r}: {self.checked} checkpoint(s) checked"
+        kids = self.key_ids
+        sealed = (f", sealed under audit key(s) {', '.join(sorted(kids))}" if kids else
+                  ", unkeyed (sha256: not proof against someone with write access)")
         if self.ok:
             cuts = [e for e in self.deletions if e.action == "trim"]
             if cuts:
-                return (f"{head}, intact (history cut on purpose {len(cuts)} time(s), last at "
-                        f"{when(cuts[-1].at)})")
-            return f"{head}, intact"
+                return (f"{head}, intact{sealed} (history cut on purpose {len(cuts)} time(s), "
+                        f"last at {when(cuts[-1].at)})")
+            return f"{head}, intact{sealed}"
         lines = [f"{head}, {len(self.problems)} problem(s), oldest first:"]
         lines += [f"  {p}" for p in self.problems[:20]]
         if len(self.problems) > 20:
@@ -146,14 +202,17 @@ def _unhashed(ts: Any, switches: Sequence[AuditSwitch]) -> str:
             "or its record was removed")
 
 
-async def verify_thread(stored: StoredRows, thread_id: str) -> AuditReport:
+async def verify_thread(
+    stored: StoredRows, thread_id: str, keys: KeyProvider | None = None
+) -> AuditReport:
     """Recompute every checkpoint's hash of a thread from what is stored (no cache, no schema
-    upgrade) and check each link to its parent."""
+    upgrade) and check each link to its parent; `keys`: the audit keys that keyed records are
+    checked under (given, unkeyed records are reported `unkeyed`)."""
     rows = [r async for r in stored.iter(ListQuery(thread_id=thread_id))]
     deletions = await stored.lifecycle(thread_id)
     switches = await stored.audit_log()
     if not rows:
-        report = AuditReport(thread_id, 0, [], switches, deletions)
+        report = AuditReport(thread_id, 0, [], switches, deletions, keyed=keys is not None)
         if report.erased:
             return report
         raise ThreadNotFoundError(f"thread {thread_id!r} has no stored checkpoint to verify")
@@ -162,15 +221,18 @@ async def verify_thread(stored: StoredRows, thread_id: str) -> AuditReport:
         by_ns[r.checkpoint_ns].append(r)
     problems: list[AuditProblem] = []
     cuts = [e.at for e in deletions if e.action == "trim"]
+    seals: dict[tuple[str, str], str | None] = {}
     for ns, ns_rows in by_ns.items():
-        problems += await _verify_ns(stored, thread_id, ns, ns_rows, switches, bool(cuts))
+        problems += await _verify_ns(stored, thread_id, ns, ns_rows, switches, bool(cuts),
+                                     keys, seals)
     if cuts:  # a parent gone by a recorded history cut was deleted on purpose
         problems = [AuditProblem(CUT, p.thread_id, p.checkpoint_ns, p.checkpoint_id,
                                  f"{p.detail}, by a history cut the store recorded "
                                  f"(last at {when(cuts[-1])})")
                     if p.kind == MISSING_PARENT else p for p in problems]
     problems.sort(key=lambda p: (p.checkpoint_id, p.checkpoint_ns, RANK[p.kind]))
-    return AuditReport(thread_id, len(rows), problems, switches, deletions)
+    return AuditReport(thread_id, len(rows), problems, switches, deletions, seals,
+                       keys is not None)
 
 
 async def _verify_ns(
@@ -180,10 +242,13 @@ async def _verify_ns(
     rows: list[CheckpointRow],
     switches: Sequence[AuditSwitch] = (),
     cut: bool = False,
+    audit_keys: KeyProvider | None = None,
+    seals: dict[tuple[str, str], str | None] | None = None,
 ) -> list[AuditProblem]:
     """The problems of one namespace's checkpoints; `cut`: the store recorded cutting this
     thread's history (a checkpoint whose parent went with a cut, taking the pending writes
-    its hash covers, cannot be checked, and is reported as cut)."""
+    its hash covers, cannot be checked, and is reported as cut); `seals` receives each row's
+    key id (see `AuditReport.seals`)."""
     serde = source.serde
     rows.sort(key=lambda r: r.checkpoint_id)
     by_id = {r.checkpoint_id: r for r in rows}
@@ -192,11 +257,14 @@ async def _verify_ns(
     def problem(row: CheckpointRow, kind: str, detail: str) -> None:
         problems.append(AuditProblem(kind, thread_id, ns, row.checkpoint_id, detail))
 
+    seals = {} if seals is None else seals
+
     memo: dict[tuple[str, str], Digest | None] = {}
     for start in range(0, len(rows), _PAGE):
         page = rows[start : start + _PAGE]
         checks: list[tuple[CheckpointRow, dict[str, Any], Mapping[str, Any], dict[str, str]]] = []
         for row in page:
+            seals[(ns, row.checkpoint_id)] = None
             what = f"checkpoint {row.checkpoint_id!r}"
             try:
                 md: Mapping[str, Any] = codec.decode_metadata(serde, row.metadata, what)
@@ -212,6 +280,7 @@ async def _verify_ns(
                 else:
                     problem(row, UNHASHED, _unhashed(header.get("ts"), switches))
                 continue
+            seals[(ns, row.checkpoint_id)] = rec["kid"] if rec["v"] == KEYED_VERSION else ""
             checks.append((row, rec, md, reads))
         keys = {(ch, v) for *_, reads in checks for ch, v in reads.items()} - memo.keys()
         if keys:
@@ -228,10 +297,18 @@ async def _verify_ns(
             covered = [stored[f] for f in rec["writes"] if f in stored]
             channels = {ch: memo.get((ch, v)) for ch, v in reads.items()}
             ids = (thread_id, ns, row.checkpoint_id, parent)
-            found = content_hash(
-                ids, rec["prev"], row.checkpoint, metadata_bytes(serde, md), channels, covered
-            )
+            key, refused = _seal_key(rec, audit_keys)
+            found = rec["hash"]  # a seal that cannot be checked is not reported altered
+            if refused is not None:
+                problem(row, UNKNOWN_KEY, refused)
+            else:
+                found = content_hash(ids, rec["prev"], row.checkpoint, metadata_bytes(serde, md),
+                                     channels, covered, key)
             lost = len(rec["writes"]) - len(covered)
+            if found == rec["hash"] and audit_keys is not None and key is None and refused is None:
+                problem(row, UNKEYED, "its audit record is unkeyed (a sha256 anyone can "
+                        "compute): not proof against someone with write access, who can "
+                        "rewrite the content and its record alike")
             if found != rec["hash"] and cut and lost and parent and parent not in by_id:
                 problem(row, CUT, f"its parent {parent} went with a recorded history cut, "
                         f"with {lost} pending write(s) its hash covers: its content cannot be "
@@ -251,6 +328,21 @@ async def _verify_ns(
     return problems
 
 
+def _seal_key(rec: Mapping[str, Any], keys: KeyProvider | None) -> tuple[bytes | None, str | None]:
+    """The key a record is checked under (None: an unkeyed record), or why it cannot be."""
+    if rec["v"] != KEYED_VERSION:
+        return None, None
+    kid = rec["kid"]
+    if keys is None:
+        return None, (f"sealed under audit key {kid!r}, but no audit keys are given "
+                      "(audit_keys=...; the CLI reads $LGCKPT_AUDIT_KEYS): not checked")
+    try:
+        return keys.key(kid), None
+    except (UnknownKeyError, InvalidConfigError):
+        return None, (f"sealed under audit key {kid!r}, which the audit keys do not hold "
+                      "(retired, or sealed by someone else's key): not checked")
+
+
 __all__ = [
     "ALTERED",
     "AUDIT_KEY",
@@ -258,6 +350,8 @@ __all__ = [
     "CUT",
     "MISSING_PARENT",
     "UNHASHED",
+    "UNKEYED",
+    "UNKNOWN_KEY",
     "AuditProblem",
     "AuditReport",
     "AuditStatus",

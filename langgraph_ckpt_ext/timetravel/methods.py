@@ -134,11 +134,15 @@ class Verifying:
         Each checkpoint's hash is recomputed from its stored rows (no cache, no schema upgrade)
         and its `prev` compared with its parent's stored hash. The report lists, oldest first,
         checkpoints altered, whose parent is gone, whose parent was replaced, or without a
-        hash (see `langgraph_ckpt_ext.timetravel.audit`). Raises `ThreadNotFoundError` for a
-        thread with no checkpoint.
+        hash (see `langgraph_ckpt_ext.timetravel.audit`). Records sealed with a key are checked
+        under this checkpointer's `audit_keys` (the key id each names); with keys given, an
+        unkeyed record is a problem too (`unkeyed`), and so is one sealed under a key id they
+        do not hold (`unknown_key`). Raises `ThreadNotFoundError` for a thread with no
+        checkpoint.
         """
         return self._own().run_sync(self.averify(thread_id))
 
     async def averify(self, thread_id: str) -> AuditReport:
+        own = self._own()
         return await verify_thread(
-            self._own().stored, check_id(thread_id, "thread_id", required=True))
+            own.stored, check_id(thread_id, "thread_id", required=True), own._auditor.keys)

@@ -10,6 +10,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.errors import InvalidConfigError, StoreUnavailableError, require
+from ...core.keys import KeyProvider
 from ...core.opening import Opening, set_up
 from ...core.retention import Retention
 from ...core.saver import DEFAULT_TOMBSTONE_TTL, loading_serde
@@ -77,6 +78,9 @@ class PostgresCheckpointer(Checkpointer):
             row (`Encryption`; the `encryption` extra): see `core.sealing`, `rotate_keys`.
         compression: compress stored values with zstd first (`Compression`, or True; the
             `zstd` extra).
+        audit_keys: seal the audit trail with HMAC-SHA256 under these keys (`KeyProvider`;
+            separate from the encryption keys), so that it cannot be forged without them:
+            see `StoreCheckpointer`, `verify`.
         pool_options: passed to `asyncpg.create_pool`, e.g. `min_size`, `max_size`. Behind
             PgBouncer in transaction mode pass `statement_cache_size=0`.
 
@@ -105,6 +109,7 @@ class PostgresCheckpointer(Checkpointer):
         redact_metadata: bool | Iterable[str] = True,
         encryption: Encryption | None = None,
         compression: Compression | bool | None = None,
+        audit_keys: KeyProvider | None = None,
         **pool_options: Any,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -127,7 +132,7 @@ class PostgresCheckpointer(Checkpointer):
             audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
             retention=retention, sweep_every=sweep_every, writers=writers,
             tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
-            encryption=encryption, compression=compression,
+            encryption=encryption, compression=compression, audit_keys=audit_keys,
         )
         if setup:
             self._setup_or_close()

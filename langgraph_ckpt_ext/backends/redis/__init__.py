@@ -10,6 +10,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.bridge import Bridge
 from ...core.errors import require
+from ...core.keys import KeyProvider
 from ...core.opening import Opening, set_up
 from ...core.retention import Retention
 from ...core.saver import DEFAULT_TOMBSTONE_TTL, loading_serde
@@ -84,6 +85,9 @@ class RedisCheckpointer(Checkpointer):
             row (`Encryption`; the `encryption` extra): see `core.sealing`, `rotate_keys`.
         compression: compress stored values with zstd first (`Compression`, or True; the
             `zstd` extra).
+        audit_keys: seal the audit trail with HMAC-SHA256 under these keys (`KeyProvider`;
+            separate from the encryption keys), so that it cannot be forged without them:
+            see `StoreCheckpointer`, `verify`.
         client_options: passed to `redis.asyncio.Redis.from_url` (or `RedisCluster.from_url`);
             `socket_connect_timeout` defaults to 5 s.
 
@@ -114,6 +118,7 @@ class RedisCheckpointer(Checkpointer):
         redact_metadata: bool | Iterable[str] = True,
         encryption: Encryption | None = None,
         compression: Compression | bool | None = None,
+        audit_keys: KeyProvider | None = None,
         **client_options: Any,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -138,7 +143,7 @@ class RedisCheckpointer(Checkpointer):
             schema_chain=schema_chain, audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
             retention=retention, sweep_every=sweep_every, writers=writers,
             tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
-            encryption=encryption, compression=compression,
+            encryption=encryption, compression=compression, audit_keys=audit_keys,
         )
         if self._tombstone_ttl is not None:
             store.tombstone_ttl_ms = max(1, int(self._tombstone_ttl * 1000))

@@ -12,6 +12,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ...core.appendlog import DEFAULT_MAX_BYTES
 from ...core.bridge import Bridge
 from ...core.guard import check_writers
+from ...core.keys import KeyProvider
 from ...core.opening import Opening, set_up
 from ...core.retention import Retention
 from ...core.saver import DEFAULT_TOMBSTONE_TTL, check_tombstone_ttl, loading_serde
@@ -123,6 +124,9 @@ class SQLiteCheckpointer(Checkpointer):
             row (`Encryption`; the `encryption` extra): see `core.sealing`, `rotate_keys`.
         compression: compress stored values with zstd first (`Compression`, or True; the
             `zstd` extra).
+        audit_keys: seal the audit trail with HMAC-SHA256 under these keys (`KeyProvider`;
+            separate from the encryption keys), so that it cannot be forged without them:
+            see `StoreCheckpointer`, `verify`.
 
     Example:
         >>> cp = SQLiteCheckpointer("agent.db")                      # doctest: +SKIP
@@ -150,6 +154,7 @@ class SQLiteCheckpointer(Checkpointer):
         redact_metadata: bool | Iterable[str] = True,
         encryption: Encryption | None = None,
         compression: Compression | bool | None = None,
+        audit_keys: KeyProvider | None = None,
         _store: SQLiteStore | None = None,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -172,7 +177,7 @@ class SQLiteCheckpointer(Checkpointer):
             schema_chain=schema_chain, audit=audit, unsafe_allow_any_class=unsafe_allow_any_class,
             retention=retention, sweep_every=sweep_every, writers=writers,
             tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
-            encryption=encryption, compression=compression,
+            encryption=encryption, compression=compression, audit_keys=audit_keys,
         )
         if setup and _store is None:
             self._setup_or_close()

@@ -12,6 +12,19 @@ checkpoint any of our checkpointers stores carries in its metadata
         "writes": [...],   # fingerprints of the parent's pending writes the hash covers
     }
 
+or, sealed with a key (a checkpointer given `audit_keys=`, a `KeyProvider`):
+
+    {"v": 2, "kid": "<key id>", "hash": "<hex>", "prev": ..., "writes": ...}
+
+where "hash" is an HMAC-SHA256 over the same content under the audit key `kid` names (the
+provider's `current(None)` when sealed). An unkeyed v1 record only shows changes made by
+someone who cannot also write the records: whoever can write the database can rewrite a
+message, delete the thread and write it again with `audit=True`, and its v1 chain is whole. A
+v2 chain cannot be forged without the key; `verify` given the keys reports unkeyed records and
+records under key ids it does not hold. Audit keys are separate from the encryption keys
+(rotate them independently); what is hashed is the plaintext, so a trail verifies the same
+on an encrypted store.
+
 `hash` covers, length-framed: the thread id, namespace, checkpoint id, parent id and `prev`;
 the checkpoint record as stored (its serialized bytes: ts, channel versions, versions seen);
 the metadata without "audit" (keys sorted, tuples as lists, serialized by a plain, unencrypted
@@ -40,8 +53,9 @@ another process running the very same task of the same checkpoint at the same ti
 `langgraph_ckpt_ext.timetravel.audit` verifies a thread against these records (`verify`).
 """
 
-from .digest import AUDIT_KEY, AUDIT_VERSION, content_hash
+from .digest import AUDIT_KEY, AUDIT_VERSION, KEYED_VERSION, content_hash
 from .seal import Auditor, Sealed
 from .status import AuditStatus
 
-__all__ = ["AUDIT_KEY", "AUDIT_VERSION", "AuditStatus", "Auditor", "Sealed", "content_hash"]
+__all__ = ["AUDIT_KEY", "AUDIT_VERSION", "KEYED_VERSION", "AuditStatus", "Auditor", "Sealed",
+           "content_hash"]

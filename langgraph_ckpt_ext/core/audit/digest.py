@@ -4,6 +4,7 @@ by the put side (`seal`) and by verification (pure; no I/O). See `core.audit` fo
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from .. import codec
 from ..errors import CheckpointerError
+from ..keys import KeyProvider
 from ..rows import BlobRow, CheckpointRow, Typed, WriteRow
 
 if TYPE_CHECKING:
@@ -20,15 +22,19 @@ if TYPE_CHECKING:
 
 AUDIT_KEY = "audit"
 AUDIT_VERSION = 1
+"""The unkeyed format: "hash" is a sha256 (anyone can compute it)."""
+KEYED_VERSION = 2
+"""The keyed format: "hash" is an HMAC-SHA256 under the audit key named by "kid"."""
 
 _DOMAIN = b"langgraph-ckpt-ext audit v1"
+_KEYED_DOMAIN = b"langgraph-ckpt-ext audit v2"
 # A plain serializer for metadata and, rarely, a value: deterministic (never encrypted).
 _PLAIN = JsonPlusSerializer()
 
 
 
 
-def _frame(h: HASH, *parts: str | bytes) -> None:
+def _frame(h: HASH | hmac.HMAC, *parts: str | bytes) -> None:
     """Feed parts, each preceded by its length (so no two sequences of parts collide)."""
     out: list[bytes] = []
     for part in parts:
@@ -184,10 +190,13 @@ def content_hash(
     metadata: Typed,
     channels: Mapping[str, Digest | None],
     writes: Sequence[WriteDigest],
+    key: bytes | None = None,
 ) -> str:
-    """The hash of one checkpoint (see the module docstring)."""
+    """The hash of one checkpoint (see the module docstring): a sha256, or with `key` an
+    HMAC-SHA256 under it, over the same content."""
     tid, ns, cid, parent = ids
-    h = hashlib.sha256(_DOMAIN)
+    h: HASH | hmac.HMAC = (hashlib.sha256(_DOMAIN) if key is None
+                           else hmac.new(key, _KEYED_DOMAIN, "sha256"))
     _frame(h, tid, ns, cid, parent or "", prev, header[0], bytes(header[1]), *metadata)
     held = sorted((ch, d.digest) for ch, d in channels.items() if d is not None)
     h.update(len(held).to_bytes(8, "big"))
@@ -199,12 +208,36 @@ def content_hash(
     return h.hexdigest()
 
 
+def make_record(
+    ids: Ids,
+    prev: str,
+    header: Typed,
+    metadata: Typed,
+    channels: Mapping[str, Digest | None],
+    writes: Sequence[WriteDigest],
+    keys: KeyProvider | None = None,
+) -> dict[str, Any]:
+    """A checkpoint's audit record: unkeyed (v1) without `keys`, else sealed (v2) under the
+    key `keys.current(None)` names."""
+    record: dict[str, Any] = {"v": AUDIT_VERSION}
+    key = None
+    if keys is not None:
+        kid = keys.current(None)
+        key = keys.key(kid)
+        record = {"v": KEYED_VERSION, "kid": kid}
+    record["hash"] = content_hash(ids, prev, header, metadata, channels, writes, key)
+    record["prev"] = prev
+    record["writes"] = [w.fingerprint for w in writes]
+    return record
+
+
 def record_of(metadata: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The audit record if well-formed, else None."""
+    """The audit record if well-formed (v1, or v2 naming its key id), else None."""
     rec = metadata.get(AUDIT_KEY)
     if (
         isinstance(rec, dict)
-        and rec.get("v") == AUDIT_VERSION
+        and (rec.get("v") == AUDIT_VERSION
+             or (rec.get("v") == KEYED_VERSION and isinstance(rec.get("kid"), str)))
         and isinstance(rec.get("hash"), str)
         and isinstance(rec.get("prev"), str)
         and isinstance(rec.get("writes"), list)

@@ -15,15 +15,15 @@ from typing import Any, Generic, TypeVar
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from .. import codec
+from ..keys import KeyProvider
 from ..rows import BlobRow, CheckpointRow, Typed, WriteRow
 from ..store import Store
 from .digest import (
-    AUDIT_VERSION,
     Digest,
     Ids,
     WriteDigest,
-    content_hash,
     extend_digest,
+    make_record,
     metadata_bytes,
     parents_first,
     plain_bytes,
@@ -82,10 +82,12 @@ class Sealed:
 
 
 class Auditor:
-    """The put side of the audit trail, with its per-process caches (thread-safe)."""
+    """The put side of the audit trail, with its per-process caches (thread-safe); `keys`:
+    where the audit keys come from (None: records are unkeyed, v1)."""
 
-    def __init__(self, store: Store, size: int = 8192) -> None:
+    def __init__(self, store: Store, size: int = 8192, keys: KeyProvider | None = None) -> None:
         self._store = store
+        self.keys = keys
         self._guard = threading.Lock()
         self._hashes: _Lru[tuple[str, str, str], str] = _Lru(size)
         self._digests: _Lru[tuple[str, str, str, str], Digest] = _Lru(size)
@@ -142,12 +144,8 @@ class Auditor:
             for ch, vkey in unknown:
                 digests[ch] = memo.get((ch, vkey))
         prev, covered = await self._parent(serde, tid, ns, parent)
-        record = {
-            "v": AUDIT_VERSION,
-            "hash": content_hash(ids, prev, header, metadata_bytes(serde, metadata), digests, covered),
-            "prev": prev,
-            "writes": [w.fingerprint for w in covered],
-        }
+        record = make_record(ids, prev, header, metadata_bytes(serde, metadata), digests, covered,
+                             self.keys)
         return Sealed(record, key, learned)
 
     async def _written(
@@ -227,11 +225,10 @@ class Auditor:
                              key=lambda w: w.order)
             md = codec.decode_metadata(serde, row.metadata, f"checkpoint {row.checkpoint_id!r}")
             channels = {ch: memo.get((ch, v)) for ch, v in reads[row.checkpoint_id].items()}
-            found = content_hash((tid, ns, row.checkpoint_id, parent), prev, row.checkpoint,
-                                 metadata_bytes(serde, md), channels, covered)
-            hashes[row.checkpoint_id] = found
-            out.append((row, {"v": AUDIT_VERSION, "hash": found, "prev": prev,
-                              "writes": [w.fingerprint for w in covered]}))
+            record = make_record((tid, ns, row.checkpoint_id, parent), prev, row.checkpoint,
+                                 metadata_bytes(serde, md), channels, covered, self.keys)
+            hashes[row.checkpoint_id] = record["hash"]
+            out.append((row, record))
         return out
 
     def stored(self, sealed: Sealed) -> None:
