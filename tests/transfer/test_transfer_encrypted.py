@@ -15,8 +15,8 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from langgraph_ckpt_ext.core.errors import DecryptionError, InvalidConfigError
-from langgraph_ckpt_ext.core.rows import ListQuery
 from langgraph_ckpt_ext.core.keys import StaticKeys, new_key
+from langgraph_ckpt_ext.core.rows import ListQuery
 from langgraph_ckpt_ext.core.sealing import SEALED, Encryption
 from langgraph_ckpt_ext.strategies import SmartCheckpointer
 from langgraph_ckpt_ext.transfer import (
@@ -164,7 +164,7 @@ def test_a_thread_id_edited_in_a_sealed_export_is_refused(made: Made) -> None:
     moved = [lines[0], *(line.replace('"thread_id": "t1"', '"thread_id": "t9"')
                          for line in lines[1:-1]), lines[-1]]
     target = made("memory", encryption=enc(k1=K1))
-    with pytest.raises(MalformedExportError, match="'t9'.*sealed for another row"):
+    with pytest.raises(MalformedExportError, match=r"'t9'.*sealed for another row"):
         import_jsonl(io.StringIO("\n".join(moved) + "\n"), target)
     assert target.thread_ids() == []
 
