@@ -59,9 +59,9 @@ store's sweep lock: retry), 8 finished past damaged threads (each reported on st
 
 
 def _command_modules() -> list[ModuleType]:
-    from . import audit, browse, lifecycle, maintain, move
+    from . import audit, browse, keys, lifecycle, maintain, move
 
-    return [browse, maintain, lifecycle, move, audit]
+    return [browse, maintain, lifecycle, move, audit, keys]
 
 
 def build_parser() -> argparse.ArgumentParser:

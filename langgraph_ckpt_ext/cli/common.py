@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from langgraph.checkpoint.serde.base import SerializerProtocol
 
     from ..backends.checkpointer import Checkpointer
+    from ..core.sealing import Encryption
 
 OK = 0
 ERROR = 1
@@ -53,6 +54,9 @@ ENV_URL = "LGCKPT_URL"
 ENV_AUDIT = "LGCKPT_AUDIT"
 """The audit keys' variables: $LGCKPT_AUDIT_KEYS ("id:base64,...", the last current unless
 $LGCKPT_AUDIT_KEY_CURRENT names one), as `EnvKeys(prefix="LGCKPT_AUDIT")` reads them."""
+ENV_KEYS = "LGCKPT_KEYS"
+"""Encryption keys, `id:base64key,...` (`EnvKeys`): every command reads and writes encrypted
+stores with them (the current key: `$LGCKPT_KEY_CURRENT`, else the last)."""
 URL_HELP = (
     "the checkpoint store: sqlite:///relative.db, sqlite:////abs/path.db "
     "[?busy_timeout=S&mode=ro], postgresql://user@host:5432/db[?schema=NAME], "
@@ -113,6 +117,12 @@ def add_common_options(parser: argparse.ArgumentParser, *, url: bool = True,
                                  "package can make strict (LangGraph's JsonPlusSerializer, or an "
                                  "EncryptedSerializer over one): stored rows may then construct "
                                  "any class; only for a store nobody else can write to")
+        parser.add_argument("--plaintext-read", action="store_true",
+                            default=False if top else keep,
+                            help=f"with keys in ${ENV_KEYS}: read values stored unencrypted "
+                                 "too (a store being encrypted: `lgckpt rotate-keys "
+                                 "--plaintext-read` encrypts them in place); default: refuse "
+                                 "them")
     parser.add_argument("--json", action="store_true", default=False if top else keep,
                         help="print JSON on stdout (tables as arrays of objects)")
     parser.add_argument("--no-color", action="store_true", default=False if top else keep,
@@ -196,7 +206,21 @@ def serde_options(args: argparse.Namespace, serde: SerializerProtocol | None = N
     """`open_saver`'s serializer options from the command line (`serde`: instead of
     `--serde`'s)."""
     return {"serde": serde if serde is not None else args.serde,
-            "unsafe": args.unsafe_allow_any_class}
+            "unsafe": args.unsafe_allow_any_class,
+            "plaintext": "read" if getattr(args, "plaintext_read", False) else "refuse"}
+
+
+def env_encryption(plaintext: str = "refuse") -> Encryption | None:
+    """Encryption with the keys of `$LGCKPT_KEYS` (None when it is not set)."""
+    if not os.environ.get(ENV_KEYS, "").strip():
+        if plaintext == "read":
+            raise CliError(f"--plaintext-read reads a store being encrypted: set {ENV_KEYS} "
+                           "(id:base64key,...; `lgckpt new-key` makes one)", USAGE)
+        return None
+    from ..core.keys import EnvKeys
+    from ..core.sealing import Encryption
+
+    return Encryption(EnvKeys(), plaintext=plaintext)
 
 
 def _is_serde(obj: Any) -> bool:
@@ -205,7 +229,7 @@ def _is_serde(obj: Any) -> bool:
 
 def open_saver(url: str | None, *, write: bool, create: bool | None = None,
                serde: SerializerProtocol | None = None, unsafe: bool = False,
-               **options: Any) -> Checkpointer:
+               plaintext: str = "refuse", **options: Any) -> Checkpointer:
     """The checkpointer for the store `url` names (close it when done: it is a context
     manager).
 
@@ -213,9 +237,11 @@ def open_saver(url: str | None, *, write: bool, create: bool | None = None,
     there. A writer sets the storage up (creates or upgrades it, as the checkpointers do when
     they open); with `create=False` it too needs a store that is there already. `serde` (when
     given) and `options` go to `connect`; `unsafe`: `serde` is used as it is
-    (`--unsafe-allow-any-class`). Raises `CliError`: `USAGE` without a URL,
-    `UNAVAILABLE` for a URL of no store this package can open, a server that cannot be
-    reached, or no checkpoint store at that place.
+    (`--unsafe-allow-any-class`). With keys in `$LGCKPT_KEYS` (and no `encryption=` in the
+    URL) the store is read and written encrypted with them; `plaintext="read"`
+    (`--plaintext-read`): values stored unencrypted are read too. Raises `CliError`:
+    `USAGE` without a URL, `UNAVAILABLE` for a URL of no store this package can open, a
+    server that cannot be reached, or no checkpoint store at that place.
     """
     if not url:
         raise CliError(f"no checkpoint store given: pass --url URL or set {ENV_URL}", USAGE)
@@ -228,6 +254,14 @@ def open_saver(url: str | None, *, write: bool, create: bool | None = None,
         parsed = parse_url(url)
     except InvalidConfigError as exc:
         raise CliError(str(exc), UNAVAILABLE) from None
+    if "encryption" in parsed.options:
+        if plaintext == "read":
+            raise CliError(f"--plaintext-read takes its keys from ${ENV_KEYS}: leave "
+                           "encryption= out of the URL", USAGE)
+    elif "encryption" not in options:
+        found = env_encryption(plaintext)
+        if found is not None:
+            options["encryption"] = found
     scheme = parsed.backend
     if scheme == "memory":
         raise CliError("memory:// keeps nothing between runs: point --url at a SQLite, "

@@ -18,8 +18,8 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
-from ..core.errors import CorruptBlobError, MissingBaseError
-from .common import DAMAGED, ERROR, OK, CliError, quoted_names
+from ..core.errors import CorruptBlobError, DecryptionError, MissingBaseError, UnknownKeyError
+from .common import DAMAGED, ENV_KEYS, ERROR, OK, USAGE, CliError, quoted_names
 from .output import Output
 
 DAMAGE = (CorruptBlobError, MissingBaseError)
@@ -70,6 +70,9 @@ class DamageLog:
         """Report `exc`, met reading `thread_id`, once; `CliError` instead when strict."""
         where = f"thread {thread_id!r}" + (f" at checkpoint {checkpoint_id}" if checkpoint_id
                                            else "")
+        keys = keys_problem(exc)
+        if keys is not None:  # not the thread's damage: the command's keys
+            raise CliError(f"{where}: {keys}", USAGE) from exc
         if self._strict:
             raise CliError(f"{where} is damaged: {exc} (--strict stops there; without it the "
                            "command goes on past damaged threads and exits with 8)",
@@ -98,6 +101,18 @@ class DamageLog:
             "reported above: --strict stops at the first; a store written with a serializer "
             "of your own is read with --serde MODULE:OBJECT")
         return DAMAGED if code == OK else code
+
+
+def keys_problem(exc: BaseException) -> str | None:
+    """What to do when `exc` says the command holds no key for what it read (None: another
+    error): the store is encrypted and no keys were given, or a value names a key they
+    lack."""
+    if isinstance(exc, UnknownKeyError):
+        return f"{exc} (add that key to ${ENV_KEYS})"
+    if type(exc) is DecryptionError and "encryption=Encryption(keys=" in str(exc):
+        return (f"the store is encrypted: set ${ENV_KEYS} to its keys (id:base64key,...) "
+                "to read it")
+    return None
 
 
 def _order(d: Damage) -> tuple[str, str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import datetime as dt
 import io
 import json
 import os
@@ -20,13 +19,17 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-from ..core.errors import InvalidConfigError, MissingDependencyError, ThreadExistsError
+from ..core.errors import (
+    CheckpointNotFoundError,
+    InvalidConfigError,
+    MissingDependencyError,
+    ThreadExistsError,
+)
 from ..transfer import (
-    FORMAT,
-    FORMAT_VERSION,
     CopyReport,
     ExportReport,
     copy_threads,
+    export_header,
     export_threads,
     named_threads,
     open_jsonl,
@@ -42,6 +45,7 @@ from .common import (
     CliError,
     add_command,
     add_strict,
+    env_encryption,
     open_saver,
     serde_options,
     shown_url,
@@ -256,7 +260,9 @@ def _source(args: argparse.Namespace, serde: SerializerProtocol | None
     path = args.jsonl
     if path != "-" and not os.path.isfile(path):
         raise CliError(f"cannot read {path!r}: no such file", UNAVAILABLE)
-    with open_jsonl(sys.stdin if path == "-" else path, serde=serde) as saver:
+    encryption = env_encryption("read" if args.plaintext_read else "refuse")
+    with open_jsonl(sys.stdin if path == "-" else path, serde=serde,
+                    encryption=encryption) as saver:
         yield saver, ("standard input" if path == "-" else repr(path))
 
 
@@ -276,7 +282,9 @@ def _export(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "line per checkpoint (its values, metadata and pending writes, serialized as the "
         "store does and base64-encoded), each thread's together and oldest first, and an end "
         "line. `lgckpt import --jsonl` reads it back. A file is written under a temporary "
-        "name and renamed when complete.",
+        "name and renamed when complete. An encrypted store (keys in $LGCKPT_KEYS) is exported "
+        "encrypted, its values as stored, each bound to its row (importing it needs the "
+        "keys), unless --plaintext.",
         example="lgckpt export --url sqlite:///agent.db -o threads.jsonl\n"
                 "lgckpt export --url redis://localhost:6379/0 t-1 | gzip > t-1.jsonl.gz",
     )
@@ -284,6 +292,9 @@ def _export(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                    help="the threads to export (default: every thread)")
     p.add_argument("-o", "--output", metavar="FILE", default="-",
                    help="the file to write ('-', the default: standard output)")
+    p.add_argument("--plaintext", action="store_true",
+                   help="export an encrypted store's values decrypted (default: as stored, "
+                        "encrypted)")
     add_strict(p)
     p.set_defaults(run=run_export)
 
@@ -298,12 +309,14 @@ def run_export(args: argparse.Namespace, out: Output) -> int:
                 bar.update(done - bar.done)
 
             if args.output == "-":
-                report = _write_export(source, out.stdout, threads, damage, step)
+                report = _write_export(source, out.stdout, threads, damage, step,
+                                       args.plaintext)
             else:
                 part = f"{args.output}.part"
                 try:
                     with open(part, "w", encoding="utf-8") as fh:
-                        report = _write_export(source, fh, threads, damage, step)
+                        report = _write_export(source, fh, threads, damage, step,
+                                               args.plaintext)
                     os.replace(part, args.output)
                 except OSError as exc:
                     raise CliError(f"cannot write {args.output!r}: {exc.strerror or exc}",
@@ -323,18 +336,33 @@ def run_export(args: argparse.Namespace, out: Output) -> int:
     return damage.finish(OK)
 
 
+def _export_one(source: BaseCheckpointSaver[Any], thread_id: str, damage: DamageLog,
+                sealed: bool) -> tuple[io.StringIO, ExportReport | None]:
+    one = io.StringIO()
+    if not sealed:
+        return one, export_threads(SkipDamaged(source, [thread_id], damage), one,
+                                   plaintext=True)
+    try:  # its rows as stored: a damaged one is met here, before a line is kept
+        return one, export_threads(source, one, [thread_id])
+    except DAMAGE as exc:
+        damage.record(thread_id, exc)
+    except CheckpointNotFoundError:  # deleted since it was listed
+        pass
+    return one, None
+
+
 def _write_export(source: BaseCheckpointSaver[Any], fh: IO[str], threads: list[str],
-                  damage: DamageLog, progress: Callable[[int, int], None]) -> ExportReport:
+                  damage: DamageLog, progress: Callable[[int, int], None],
+                  plaintext: bool = False) -> ExportReport:
     """`export_threads`, a thread at a time, so that a damaged one is left out whole and the
     end line counts the threads written (`import --jsonl` checks it)."""
     started = time.monotonic()
-    fh.write(json.dumps({"format": FORMAT, "version": FORMAT_VERSION, "threads": len(threads),
-                         "exported_at": dt.datetime.now(dt.timezone.utc).isoformat()}) + "\n")
+    sealed = not plaintext and getattr(source, "encryption", None) is not None
+    fh.write(json.dumps(export_header(len(threads), sealed)) + "\n")
     written = checkpoints = writes = 0
     for n, thread_id in enumerate(threads, 1):
-        one = io.StringIO()
-        report = export_threads(SkipDamaged(source, [thread_id], damage), one)
-        if report.checkpoints:  # none: damaged, or deleted since it was listed
+        one, report = _export_one(source, thread_id, damage, sealed)
+        if report is not None and report.checkpoints:  # none: damaged, or deleted
             lines = one.getvalue().split("\n")  # its header, checkpoint lines, end line, ""
             fh.write("".join(f"{line}\n" for line in lines[1:-2]))
             written, checkpoints = written + 1, checkpoints + report.checkpoints

@@ -22,6 +22,7 @@ from .rows import AuditSwitch, BlobRow, CheckpointRow, ListQuery, MigrationEntry
 
 if TYPE_CHECKING:
     from .saver import StoreCheckpointer
+    from .sealedstore import SealedStore
 
 
 class StoredRows:
@@ -44,6 +45,15 @@ class StoredRows:
     def snapshot_every(self) -> int:
         """How often a list stored as append-deltas is stored whole (see `AppendLog`)."""
         return int(2 ** self._saver._log.top_level)
+
+    @property
+    def sealed(self) -> SealedStore | None:
+        """The layer that seals values (encryption, compression), whose `inner` holds the
+        rows as stored; None when values are stored as they are."""
+        from .sealedstore import SealedStore
+
+        store = self._saver._store
+        return store if isinstance(store, SealedStore) else None
 
     def iter(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
         """Checkpoint rows matching `query`, newest first, no value read (close it with

@@ -70,8 +70,40 @@ def _tombstone_ttl(name: str, value: str) -> float | None:
     return None if value.lower() in ("none", "off") else _seconds(name, value, zero=False)
 
 
-# Options of every backend (the one-writer rule, `core.guard`).
+def _redact_metadata(name: str, value: str) -> bool | list[str]:
+    """true / false, or comma-separated key names added to the default list."""
+    if value.lower() in ("true", "1", "yes", "on"):
+        return True
+    if value.lower() in ("false", "0", "no", "off"):
+        return False
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"{name} must be true, false or key names separated by commas, "
+                         f"got {value!r}")
+    return names
+
+
+def _compression(name: str, value: str) -> bool:
+    return _one_of(name, value, ("zstd", "none"), str.lower) == "zstd"
+
+
+def _encryption(name: str, value: str) -> Any:
+    """`env`: keys from $LGCKPT_KEYS (`EnvKeys`), read when the URL is."""
+    _one_of(name, value, ("env",), str.lower)
+    from .keys import EnvKeys
+    from .sealing import Encryption
+
+    return Encryption(EnvKeys())
+
+
+# Options of every backend (the one-writer rule, `core.guard`; secrets, compression and
+# encryption at rest, `core.redact` and `core.sealing`).
 _COMMON: dict[str, tuple[_Convert, str]] = {
+    "redact_metadata": (_redact_metadata, "true (drop secrets such as api_key from checkpoint "
+                        "metadata), false, or more key names, comma-separated"),
+    "compression": (_compression, "zstd (compress stored values) or none"),
+    "encryption": (_encryption, "env: encrypt stored values with the keys in $LGCKPT_KEYS "
+                   "(id:base64key,...; the current one $LGCKPT_KEY_CURRENT, else the last)"),
     "writers": (lambda n, v: _one_of(n, v, _WRITERS, str.lower),
                 "single (refuse a run's write when another run wrote since it read) or "
                 "last_wins"),

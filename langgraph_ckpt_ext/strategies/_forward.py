@@ -16,6 +16,7 @@ from ..core.bridge import iterate_inline, run_inline
 
 if TYPE_CHECKING:
     from ..core.audit import AuditStatus
+    from ..core.rotation import RotationProgress, RotationReport
     from ..core.rows import MigrationEntry, StoredSize
     from ..migrations.runner import MigrationProgress, MigrationReport
     from ..timetravel.audit import AuditReport
@@ -156,6 +157,24 @@ class Forwarded:
         return cast("MigrationReport", await self._aforward(
             "amigrate_threads", _threads(thread_ids), thread_ids, dry_run=dry_run,
             progress=progress, concurrency=concurrency, include_unstamped=include_unstamped))
+
+    def rotate_keys(
+        self, thread_ids: Sequence[str] | None = None, *, dry_run: bool = False,
+        progress: Callable[[RotationProgress], None] | None = None, concurrency: int = 4,
+    ) -> RotationReport:
+        """Seal every stored value under its tenant's current key, in place (see
+        `StoreCheckpointer.rotate_keys`)."""
+        return cast("RotationReport", self._forward(
+            "rotate_keys", _threads(thread_ids), thread_ids, dry_run=dry_run,
+            progress=progress, concurrency=concurrency))
+
+    async def arotate_keys(
+        self, thread_ids: Sequence[str] | None = None, *, dry_run: bool = False,
+        progress: Callable[[RotationProgress], None] | None = None, concurrency: int = 4,
+    ) -> RotationReport:
+        return cast("RotationReport", await self._aforward(
+            "arotate_keys", _threads(thread_ids), thread_ids, dry_run=dry_run,
+            progress=progress, concurrency=concurrency))
 
 
 def _threads(thread_ids: Sequence[str] | None) -> Sequence[str] | None:

@@ -28,12 +28,17 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from ..core.config import checkpoint_ns_of, make_config, put_ids, write_ids
 from ..core.errors import CheckpointerError
 from ..core.saver import strict_serde
+from ..core.sealing import Encryption, Sealer
+from . import sealed as _sealed
 from ._blocked import loads_strict
 from .copy import CopyReport, Progress, _wanted, copy_threads
 from .threads import Saver, _parent_id, checkpoint_key, thread_tuples
 
 FORMAT = "langgraph-ckpt-ext/threads"
-FORMAT_VERSION = 1
+FORMAT_VERSION = _sealed.SEALED_VERSION
+"""The newest format version this package reads (and writes, for a sealed export; a
+plaintext one is written as version 1, which every release reads)."""
+PLAIN_VERSION = 1
 
 
 class MalformedExportError(CheckpointerError, ValueError):
@@ -73,6 +78,7 @@ def export_threads(
     thread_ids: Sequence[str] | None = None,
     *,
     progress: Progress | None = None,
+    plaintext: bool = False,
 ) -> ExportReport:
     """Write threads (all, or `thread_ids`) to `fh` as JSON Lines: a header line (format and
     version), one line per checkpoint, each thread's lines together and oldest first, and an
@@ -83,20 +89,30 @@ def export_threads(
     pending writes (`[task_id, channel, type, base64]`), each value as the saver's serde
     `dumps_typed` gives it: `[type, base64 of the bytes]`.
 
+    From one of our checkpointers that encrypts, the export stays encrypted (format version
+    2, `"sealed": true`): each line holds the checkpoint's rows as stored, every value sealed
+    for its row (see `transfer.sealed`), and importing it needs the keys. `plaintext=True`
+    writes the decrypted values instead (which needs the keys too). A wrapper that encrypts
+    (smart, replicated) is refused unless `plaintext`: export from the checkpointer it wraps.
+
     Example:
         >>> with open("threads.jsonl", "w") as fh:  # doctest: +SKIP
         ...     export_threads(connect("sqlite:///agent.db"), fh)
     """
     started = time.monotonic()
+    sealing = None if plaintext else _sealed.sealing_of(saver)
     wanted = _wanted(saver, thread_ids)
     serde = saver.serde
-    fh.write(json.dumps({
-        "format": FORMAT, "version": FORMAT_VERSION, "threads": len(wanted),
-        "exported_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-    }) + "\n")
+    fh.write(json.dumps(export_header(len(wanted), sealing is not None)) + "\n")
     checkpoints = writes = 0
     for n, thread_id in enumerate(wanted, 1):
-        for tup in thread_tuples(saver, thread_id):
+        if sealing is not None:
+            cp, store = sealing
+            for line in cp.run_sync(_sealed.thread_lines(cp, store, thread_id)):
+                fh.write(json.dumps(line) + "\n")
+                checkpoints += 1
+                writes += len(line["writes"])
+        for tup in thread_tuples(saver, thread_id) if sealing is None else ():
             fh.write(json.dumps(_checkpoint_line(serde, thread_id, tup)) + "\n")
             checkpoints += 1
             writes += len(tup.pending_writes or [])
@@ -105,6 +121,13 @@ def export_threads(
     fh.write(json.dumps({"end": True, "threads": len(wanted), "checkpoints": checkpoints}) + "\n")
     fh.flush()
     return ExportReport(len(wanted), checkpoints, writes, time.monotonic() - started)
+
+
+def export_header(threads: int, sealed: bool) -> dict[str, Any]:
+    """The first line of an export of `threads` threads (`sealed`: values as stored)."""
+    return {"format": FORMAT, "version": FORMAT_VERSION if sealed else PLAIN_VERSION,
+            **({"sealed": True} if sealed else {}), "threads": threads,
+            "exported_at": dt.datetime.now(dt.timezone.utc).isoformat()}
 
 
 def _typed(value: Any, what: str) -> tuple[str, bytes]:
@@ -180,8 +203,11 @@ class _JsonlSource(BaseCheckpointSaver[str]):
     opened (so a bad file is refused before anything is written), then each thread read back
     from its lines when listed."""
 
-    def __init__(self, fh: IO[bytes], serde: SerializerProtocol) -> None:
+    def __init__(self, fh: IO[bytes], serde: SerializerProtocol,
+                 encryption: Encryption | None = None) -> None:
         super().__init__(serde=serde)
+        self._encryption = encryption
+        self._sealer: Sealer | None = None  # set for a sealed export
         self._fh = fh
         self._lock = threading.Lock()
         self._threads: dict[str, tuple[int, int]] = {}  # id -> (offset, lines)
@@ -203,6 +229,22 @@ class _JsonlSource(BaseCheckpointSaver[str]):
         if version > FORMAT_VERSION:
             raise self._bad(1, f"format version {version} is newer than the {FORMAT_VERSION} "
                                "this langgraph-ckpt-ext reads: upgrade the package")
+        if head.get("sealed") is True:
+            self._encryption = _sealed.need_keys(self._encryption)
+            self._sealer = Sealer(self._encryption)
+
+    def _check(self, obj: Any) -> tuple[str, tuple[str, str]]:
+        """A checkpoint line checked whole (every value decoded, or for a sealed export
+        opened for its row): its thread id and `checkpoint_key`."""
+        if self._sealer is not None:
+            rows = _sealed.parse_rows(obj)
+            try:
+                _sealed.check_opens(self._sealer, rows)
+            except CheckpointerError as exc:
+                raise ValueError(str(exc)) from None
+            return rows[0].thread_id, (rows[0].checkpoint_ns, rows[0].checkpoint_id)
+        tup = _parse_line(self.serde, obj)
+        return str(tup.config["configurable"]["thread_id"]), checkpoint_key(tup)
 
     def _index(self) -> None:
         fh = self._fh
@@ -227,16 +269,14 @@ class _JsonlSource(BaseCheckpointSaver[str]):
                 if isinstance(obj, dict) and "end" in obj:
                     end = (n, obj)
                     continue
-                tup = _parse_line(self.serde, obj)
+                tid, key = self._check(obj)
             except ValueError as exc:
                 raise self._bad(n, str(exc)) from None
-            tid = str(tup.config["configurable"]["thread_id"])
             if tid != current:
                 if tid in self._threads:
                     raise self._bad(n, f"thread {tid!r} appears again after other threads")
                 self._threads[tid] = (offset, 0)
                 current, keys = tid, set()
-            key = checkpoint_key(tup)
             if key in keys:
                 raise self._bad(n, f"checkpoint {key[1]!r} appears twice in thread {tid!r}")
             keys.add(key)
@@ -267,6 +307,10 @@ class _JsonlSource(BaseCheckpointSaver[str]):
             self._fh.seek(offset)
             lines = [self._fh.readline() for _ in range(count)]
         # Checked when opened: decoded the same way now.
+        if self._encryption is not None and self._sealer is not None:
+            return _sealed.load_thread([_sealed.parse_rows(_json(raw)) for raw in lines],
+                                       self.serde, self._encryption,
+                                       {"configurable": {"thread_id": thread_id}})
         return [_parse_line(self.serde, _json(raw)) for raw in lines]
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
@@ -324,7 +368,8 @@ def _can_seek(fh: Any) -> bool:
 
 @contextlib.contextmanager
 def open_jsonl(
-    fh: IO[Any] | str | os.PathLike[str], *, serde: SerializerProtocol | None = None
+    fh: IO[Any] | str | os.PathLike[str], *, serde: SerializerProtocol | None = None,
+    encryption: Encryption | None = None,
 ) -> Iterator[Saver]:
     """A JSON Lines export (`export_threads`) as a read-only saver, for `copy_threads`: a path,
     or a file object of text or bytes (a pipe is spooled to a temporary file).
@@ -334,12 +379,16 @@ def open_jsonl(
     does not allow is refused): `MalformedExportError` names the first bad line. The saver
     lists the file's threads (`thread_ids()`) and each thread's checkpoints (`list`).
 
+    A sealed export (from an encrypting store) is opened with `encryption`'s keys: every
+    value must open for the row its line names (else `MalformedExportError` naming the line;
+    without `encryption`, `DecryptionError`).
+
     Example:
         >>> with open_jsonl("threads.jsonl") as source:  # doctest: +SKIP
         ...     copy_threads(source, connect("redis://localhost"))
     """
     with _seekable(fh) as f:
-        yield _JsonlSource(f, serde or strict_serde())
+        yield _JsonlSource(f, serde or strict_serde(), encryption)
 
 
 def import_jsonl(
@@ -351,15 +400,19 @@ def import_jsonl(
     serde: SerializerProtocol | None = None,
     concurrency: int = 8,
     progress: Progress | None = None,
+    encryption: Encryption | None = None,
 ) -> CopyReport:
     """Import threads (all, or `thread_ids`) from a JSON Lines export: `open_jsonl` then
     `copy_threads` (resumable, conflicts refused unless `overwrite`, verified at the end).
     A malformed file raises `MalformedExportError` naming the line, before anything is
-    written.
+    written. A sealed export is opened with `encryption` (default: the target's), and each
+    value sealed again by the target for its own row.
 
     Example:
         >>> import_jsonl("threads.jsonl", connect("redis://localhost")).summary()  # doctest: +SKIP
     """
-    with open_jsonl(fh, serde=serde) as source:
+    if encryption is None:
+        encryption = getattr(target, "encryption", None)
+    with open_jsonl(fh, serde=serde, encryption=encryption) as source:
         return copy_threads(source, target, thread_ids, overwrite=overwrite,
                             concurrency=concurrency, progress=progress)

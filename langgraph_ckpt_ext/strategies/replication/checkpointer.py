@@ -52,7 +52,8 @@ if TYPE_CHECKING:
 
 # The primary's helpers that change its store: never sent to a replica (no failover).
 _WRITES = frozenset(f"{a}{name}" for a in ("", "a")
-                    for name in ("migrate_threads", "enable_audit", "disable_audit"))
+                    for name in ("migrate_threads", "enable_audit", "disable_audit",
+                                 "rotate_keys"))
 
 
 class ReplicatedCheckpointer(SaverInterface, TimeTravel, ReplicatedLifecycle):
