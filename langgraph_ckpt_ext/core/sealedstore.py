@@ -88,9 +88,8 @@ class SealedStore:
     def seal_row(self, row: CheckpointRow, tenant: str | None = None) -> CheckpointRow:
         tid, ns, cid = row.thread_id, row.checkpoint_ns, row.checkpoint_id
         seal = self._sealer.seal
-        return replace(row, checkpoint=seal(row.checkpoint, checkpoint_identity(tid, ns, cid),
-                                            tenant),
-                       metadata=seal(row.metadata, metadata_identity(tid, ns, cid), tenant))
+        return _with_values(row, seal(row.checkpoint, checkpoint_identity(tid, ns, cid), tenant),
+                            seal(row.metadata, metadata_identity(tid, ns, cid), tenant))
 
     def seal_blob(self, tid: str, ns: str, blob: BlobRow, tenant: str | None = None) -> BlobRow:
         typed = self._sealer.seal((blob.type, blob.data), blob_identity(
@@ -105,7 +104,7 @@ class SealedStore:
 
     def seal_write(self, row: WriteRow, tenant: str | None = None) -> WriteRow:
         typed = self._sealer.seal((row.type, row.data), _write_ident(row), tenant)
-        return replace(row, type=typed[0], data=typed[1])
+        return _with_value(row, typed)
 
     def _seal_item(self, item: BatchItem) -> BatchItem:
         if isinstance(item, tuple):
@@ -126,7 +125,7 @@ class SealedStore:
                                        (row.checkpoint, row.metadata), (ck, md),
                                        (checkpoint_identity(tid, ns, cid),
                                         metadata_identity(tid, ns, cid))))
-        return replace(row, checkpoint=ck.typed, metadata=md.typed)
+        return _with_values(row, ck.typed, md.typed)
 
     def open_blob(self, tid: str, ns: str, blob: BlobRow, remember: bool = True) -> BlobRow:
         ident = blob_identity(tid, ns, blob.channel, blob.version, blob.base_version)
@@ -143,7 +142,7 @@ class SealedStore:
             self._remember(row.thread_id, _Stale(
                 "write", row.checkpoint_ns, (row.checkpoint_id, row.task_id, str(row.idx)),
                 ((row.type, row.data),), (opened,), (ident,)))
-        return replace(row, type=opened.typed[0], data=opened.typed[1])
+        return _with_value(row, opened.typed)
 
     # -- lazy rotation -----------------------------------------------------------------------
 
@@ -342,6 +341,17 @@ class _Stale:
         new = tuple(sealer.seal(o.typed, ident, o.tenant or tenant)
                     for o, ident in zip(self.opened, self.idents, strict=True))
         return Reseal(self.kind, self.ns, self.key, self.old, new)
+
+
+# Rows rebuilt field by field: `dataclasses.replace` costs more than the encryption itself.
+def _with_values(row: CheckpointRow, checkpoint: Typed, metadata: Typed) -> CheckpointRow:
+    return CheckpointRow(row.thread_id, row.checkpoint_ns, row.checkpoint_id,
+                         row.parent_checkpoint_id, row.run_id, checkpoint, metadata, row.versions)
+
+
+def _with_value(row: WriteRow, typed: Typed) -> WriteRow:
+    return WriteRow(row.thread_id, row.checkpoint_ns, row.checkpoint_id, row.task_id, row.idx,
+                    row.channel, typed[0], typed[1], row.task_path)
 
 
 def _write_ident(row: WriteRow) -> Identity:

@@ -96,11 +96,8 @@ def describe(ident: Identity | str) -> str:
 
 
 def _frame(parts: Identity) -> bytes:
-    out = bytearray()
-    for part in parts:
-        data = part.encode("utf-8", "surrogatepass")
-        out += len(data).to_bytes(4, "big") + data
-    return bytes(out)
+    encoded = [part.encode("utf-8", "surrogatepass") for part in parts]
+    return b"".join(len(p).to_bytes(4, "big") + p for p in encoded)
 
 
 @dataclass(frozen=True)
