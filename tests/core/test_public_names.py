@@ -52,7 +52,8 @@ PUBLIC: dict[str, list[str]] = {
     "langgraph_ckpt_ext.transfer": [
         "BATCH_SIZE", "CopyReport", "ExportReport", "FORMAT", "FORMAT_VERSION", "MalformedExportError",
         "Missing", "Progress", "ThreadDiff", "acopy_threads", "checkpoint_hash", "checkpoint_key",
-        "copy_threads", "diff_thread", "export_threads", "import_jsonl", "named_threads", "open_jsonl",
+        "copy_threads", "diff_thread", "export_header", "export_threads", "import_jsonl",
+        "named_threads", "open_jsonl",
         "open_official", "put_thread", "thread_ids", "thread_tuples", "writes_hashes",
     ],
 }
