@@ -97,7 +97,10 @@ class Bridge:
                 "a sync checkpointer method was called from the checkpointer's own loop; "
                 "use the async method (aget_tuple, aput, ...) there"
             )
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        result, stop = asyncio.run_coroutine_threadsafe(_caught(coro), loop).result()
+        if stop is not None:
+            raise stop
+        return result  # type: ignore[return-value]  # T itself when nothing was caught
 
     def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         """Drive an async iterator from sync code: the first item in one round trip, then
@@ -140,6 +143,16 @@ class Bridge:
                 loop.stop()
 
         asyncio.run_coroutine_threadsafe(last(), loop)
+
+
+async def _caught(coro: Coroutine[Any, Any, T]) -> tuple[T | None, BaseException | None]:
+    """`coro`'s result, or the KeyboardInterrupt or SystemExit it raised (a progress callback
+    stopping a run): asyncio lets those escape the loop, which would end the loop's thread and
+    leave the caller waiting for good; the caller raises them in its own thread instead."""
+    try:
+        return await coro, None
+    except (KeyboardInterrupt, SystemExit) as exc:
+        return None, exc
 
 
 async def _anext(agen: AsyncIterator[T]) -> T:

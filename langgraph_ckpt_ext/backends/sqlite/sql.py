@@ -178,6 +178,21 @@ INSERT OR IGNORE INTO lgx_schema_log
     (thread_id, checkpoint_ns, checkpoint_id, from_version, to_version, migrated_at)
 VALUES (?, ?, ?, ?, ?, ?)"""
 
+# Key rotation, encrypting a store in place (`reseal`): compare-and-swap on the typed values
+# the row held when read (a row rewritten or deleted since matches nothing: row count 0).
+RESEAL_CHECKPOINT = """
+UPDATE lgx_checkpoints SET type = ?, checkpoint = ?, metadata_type = ?, metadata = ?
+WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?
+  AND type = ? AND checkpoint = ? AND metadata_type = ? AND metadata = ?"""
+RESEAL_BLOB = """
+UPDATE lgx_blobs SET type = ?, data = ?
+WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?
+  AND type = ? AND data = ?"""
+RESEAL_WRITE = """
+UPDATE lgx_writes SET type = ?, data = ?
+WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ? AND task_id = ? AND idx = ?
+  AND type = ? AND data = ?"""
+
 _SCHEMA_LOG_COLS = (
     "thread_id, checkpoint_ns, checkpoint_id, from_version, to_version, migrated_at"
 )

@@ -26,6 +26,7 @@ from ...core.rows import (
     CheckpointRow,
     ListQuery,
     MigrationEntry,
+    Reseal,
     StoredSize,
     WriteRow,
     whole,
@@ -281,6 +282,21 @@ def _thread_state(r: Sequence[Any]) -> ThreadState:
                        policy, None if swept is None else int(swept))
 
 
+def _reseal_params(thread_id: str, ch: Reseal) -> tuple[str, tuple[Any, ...]]:
+    """The compare-and-swap UPDATE of one `Reseal` and its parameters: new values, row key,
+    old values."""
+    key = (thread_id, ch.checkpoint_ns)
+    if ch.kind == "checkpoint":
+        (ck, md), (new_ck, new_md) = ch.old, ch.new
+        return sql.RESEAL_CHECKPOINT, (*new_ck, *new_md, *key, ch.key[0], *ck, *md)
+    if ch.kind == "blob":
+        return sql.RESEAL_BLOB, (*ch.new[0], *key, ch.key[0], ch.key[1], *ch.old[0])
+    if ch.kind == "write":
+        cid, task, idx = ch.key
+        return sql.RESEAL_WRITE, (*ch.new[0], *key, cid, task, int(idx), *ch.old[0])
+    raise ValueError(f"a Reseal's kind is 'checkpoint', 'blob' or 'write', not {ch.kind!r}")
+
+
 def _write_params(r: WriteRow) -> tuple[Any, ...]:
     return (r.thread_id, r.checkpoint_ns, r.checkpoint_id, r.task_id, r.idx,
             r.channel, r.type, r.data, r.task_path)
@@ -487,6 +503,19 @@ class SQLiteStore:
 
         # Through the group commit, like every write: `op` runs in its own SAVEPOINT, rolled
         # back whole if it raises, so the rewrite and its log entry land together or not at all.
+        return await self._commits.submit(op)  # type: ignore[no-any-return]
+
+    async def reseal(self, thread_id: str, changes: Sequence[Reseal]) -> int:
+        """Each change an UPDATE that matches only while the row holds its old values, all
+        in one job of the group commit (one transaction); how many rows changed. The
+        lifecycle row is left alone: a rotation is neither activity nor a change of state."""
+        statements = [_reseal_params(thread_id, ch) for ch in changes]
+        if not statements:
+            return 0
+
+        def op(conn: sqlite3.Connection) -> int:
+            return sum(int(conn.execute(st, params).rowcount) for st, params in statements)
+
         return await self._commits.submit(op)  # type: ignore[no-any-return]
 
     # -- the thread lifecycle ---------------------------------------------------------------
