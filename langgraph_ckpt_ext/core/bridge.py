@@ -97,7 +97,7 @@ class Bridge:
                 "a sync checkpointer method was called from the checkpointer's own loop; "
                 "use the async method (aget_tuple, aput, ...) there"
             )
-        result, stop = asyncio.run_coroutine_threadsafe(_caught(coro), loop).result()
+        result, stop = asyncio.run_coroutine_threadsafe(caught(coro), loop).result()
         if stop is not None:
             raise stop
         return result  # type: ignore[return-value]  # T itself when nothing was caught
@@ -145,7 +145,7 @@ class Bridge:
         asyncio.run_coroutine_threadsafe(last(), loop)
 
 
-async def _caught(coro: Coroutine[Any, Any, T]) -> tuple[T | None, BaseException | None]:
+async def caught(coro: Coroutine[Any, Any, T]) -> tuple[T | None, BaseException | None]:
     """`coro`'s result, or the KeyboardInterrupt or SystemExit it raised (a progress callback
     stopping a run): asyncio lets those escape the loop, which would end the loop's thread and
     leave the caller waiting for good; the caller raises them in its own thread instead."""
@@ -153,6 +153,22 @@ async def _caught(coro: Coroutine[Any, Any, T]) -> tuple[T | None, BaseException
         return await coro, None
     except (KeyboardInterrupt, SystemExit) as exc:
         return None, exc
+
+
+async def run_workers(worker: Callable[[], Coroutine[Any, Any, None]], n: int,
+                      stopped: list[BaseException]) -> None:
+    """`n` copies of `worker` at once (sharing their queue of work). A KeyboardInterrupt or
+    SystemExit one raises (a progress callback stopping the run) goes into `stopped`, which
+    the workers check to stop too, and is raised once all have returned: raised from a task,
+    asyncio would let it escape the loop."""
+    async def one() -> None:
+        _, stop = await caught(worker())
+        if stop is not None:
+            stopped.append(stop)
+
+    await asyncio.gather(*(one() for _ in range(n)))
+    if stopped:
+        raise stopped[0]
 
 
 async def _anext(agen: AsyncIterator[T]) -> T:

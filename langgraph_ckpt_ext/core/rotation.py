@@ -11,12 +11,12 @@ they are.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from .bridge import run_workers
 from .errors import CorruptBlobError, InvalidConfigError
 from .rows import CheckpointRow, ListQuery, Reseal, Typed
 from .sealedstore import SealedStore
@@ -107,10 +107,13 @@ async def rotate_keys(
                else list(dict.fromkeys(str(t) for t in thread_ids)))
     pending = iter(threads)
     done = 0
+    stopped: list[BaseException] = []
 
     async def worker() -> None:
         nonlocal done
         for tid in pending:
+            if stopped:
+                return
             await _rotate_thread(saver, store, tid, dry_run, report)
             done += 1
             if progress is not None:
@@ -119,7 +122,7 @@ async def rotate_keys(
     if store.inline or concurrency <= 1:
         await worker()
     else:
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await run_workers(worker, concurrency, stopped)
     report.seconds = time.perf_counter() - started
     return report
 

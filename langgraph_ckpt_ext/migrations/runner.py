@@ -12,7 +12,6 @@ counted and listed as skipped, by reason.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -24,6 +23,7 @@ from langgraph.checkpoint.base import WRITES_IDX_MAP
 from ..core import codec
 from ..core.appendlog import AppendLog
 from ..core.base import PAGE
+from ..core.bridge import run_workers
 from ..core.errors import InvalidConfigError
 from ..core.graph import is_reserved
 from ..core.rows import CheckpointRow, ListQuery, MigrationEntry, WriteRow
@@ -179,9 +179,13 @@ async def migrate_threads(
     done = 0
     pending = iter(threads)  # shared by the workers: each thread is taken once
 
+    stopped: list[BaseException] = []
+
     async def worker() -> None:
         nonlocal done
         for thread_id in pending:
+            if stopped:
+                return
             await _migrate_thread(saver, chain, thread_id, dry_run, include_unstamped, report)
             done += 1
             if progress is not None:
@@ -192,7 +196,7 @@ async def migrate_threads(
     if saver.stored.inline or concurrency <= 1:  # an inline store must never suspend
         await worker()
     else:
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await run_workers(worker, concurrency, stopped)
     report.threads.sort()
     report.seconds = time.perf_counter() - started
     return report

@@ -315,6 +315,8 @@ def test_rotate_keys_resumes_after_a_kill(handle: SaverHandle) -> None:
 
         with pytest.raises(KeyboardInterrupt):
             both.rotate_keys(progress=killer, concurrency=1)
+        with pytest.raises(KeyboardInterrupt):  # stopped from one of several workers
+            both.rotate_keys(dry_run=True, progress=killer, concurrency=3)
         mixed = [key_ids(both, f"r{t}") for t in range(5)]
         assert mixed.count({"k2"}) == 2 and mixed.count({"k1"}) == 3
         report = both.rotate_keys()
