@@ -21,7 +21,7 @@ from langgraph_ckpt_ext import RedisCheckpointer
 from langgraph_ckpt_ext.core.errors import DecryptionError
 from langgraph_ckpt_ext.core.keys import EnvKeys, StaticKeys, encode_key, new_key
 from langgraph_ckpt_ext.core.rotation import _key_id
-from langgraph_ckpt_ext.core.rows import ListQuery
+from langgraph_ckpt_ext.core.rows import ListQuery, Reseal, WriteRow
 from langgraph_ckpt_ext.core.sealing import Encryption
 from langgraph_ckpt_ext.core.versions import version_key
 from tests.support.graphs import chat_graph
@@ -262,3 +262,21 @@ def test_reseal_keeps_every_ttl(handle: SaverHandle) -> None:
         assert state(rotating, "x") == before
     finally:
         rotating.close()
+
+
+def test_reseal_of_writes_keeps_channel_and_task_path(handle: SaverHandle) -> None:
+    """RESEAL finds a write's type and data after its channel in the packed msgpack: channel
+    names of every msgpack string size (fixstr, str8, str16), a negative idx, in a namespace."""
+    store: Any = handle.inner._raw_store
+    channels = ["c", "x" * 40, "y" * 300]
+    rows = [WriteRow("wr", "sub:1", "cid", "task", i - 1, ch, "bytes", b"old-%d" % i, f"~p{i}")
+            for i, ch in enumerate(channels)]
+    handle.inner.run_sync(store.write_writes(rows))
+    changes = [Reseal("write", "sub:1", ("cid", "task", str(r.idx)), ((r.type, r.data),),
+                      (("msgpack", b"new-" + r.data),)) for r in rows]
+    wrong = Reseal("write", "sub:1", ("cid", "task", "0"), (("bytes", b"old-0"),),
+                   (("bytes", b"not applied"),))  # holds old-1
+    assert handle.inner.run_sync(store.reseal("wr", [*changes, wrong])) == 3
+    found = handle.inner.run_sync(store.read_writes("wr", "sub:1", ["cid"]))["cid"]
+    assert [(w.idx, w.channel, w.type, w.data, w.task_path) for w in found] == [
+        (r.idx, r.channel, "msgpack", b"new-" + r.data, r.task_path) for r in rows]
