@@ -48,6 +48,16 @@ async def either(
     return await acall(*args, **kwargs)
 
 
+async def _carried(coro: Coroutine[Any, Any, T]) -> tuple[T | None, BaseException | None]:
+    """`coro`'s result, or the KeyboardInterrupt or SystemExit it raised (a caller's callback
+    run on the private loop: a progress hook). asyncio lets those escape the task and stop the
+    loop, leaving the caller waiting forever: they are raised in the calling thread instead."""
+    try:
+        return await coro, None
+    except (KeyboardInterrupt, SystemExit) as exc:
+        return None, exc
+
+
 class Bridge:
     """Runs coroutines to completion for sync callers on a private loop thread.
 
@@ -97,7 +107,10 @@ class Bridge:
                 "a sync checkpointer method was called from the checkpointer's own loop; "
                 "use the async method (aget_tuple, aput, ...) there"
             )
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        value, interrupt = asyncio.run_coroutine_threadsafe(_carried(coro), loop).result()
+        if interrupt is not None:
+            raise interrupt
+        return value  # type: ignore[return-value]
 
     def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         """Drive an async iterator from sync code: the first item in one round trip, then
