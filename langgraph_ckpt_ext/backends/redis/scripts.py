@@ -591,6 +591,59 @@ expire_all(ttl)
 return 1
 """
 
+# Values rewritten in place (`Store.reseal`): ARGV holds records `kind, field, old, new`, kind
+# 'c' (a checkpoint row: old and new are its msgpack tail, the record and metadata; the head,
+# parent, run and channel list, stays), 'b' (a blob: `type \0 data`; its base stays) or 'w' (a
+# write: the msgpack of type then data, the items after the channel; channel and task path
+# stay). Each is replaced only if the stored value holds exactly `old`. HSET on a field keeps
+# its key's TTL; no lifecycle field, no index, no expiry is touched. Returns how many applied.
+RESEAL = r"""
+-- Where a write's items after its channel start (it is msgpack[channel, type, data, path]),
+-- nil for a value of another shape.
+local function after_channel(v)
+  if string.byte(v, 1) ~= 0x94 then return nil end
+  local b = string.byte(v, 2) or 0
+  if b >= 0xa0 and b <= 0xbf then return 3 + b - 0xa0 end
+  if b == 0xd9 then return 4 + string.byte(v, 3) end
+  if b == 0xda then return 5 + string.byte(v, 3) * 256 + string.byte(v, 4) end
+  if b == 0xdb then
+    local n = 0
+    for i = 3, 6 do n = n * 256 + string.byte(v, i) end
+    return 7 + n
+  end
+  return nil
+end
+local done = 0
+for i = 1, #ARGV, 4 do
+  local kind, f, old, new = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local key = KEYS[3]
+  if kind == 'b' then key = KEYS[4] elseif kind == 'w' then key = KEYS[5] end
+  local v = redis.call('HGET', key, f)
+  local at = nil
+  if v and kind == 'c' then
+    local p1 = string.find(v, '\0', 1, true)
+    local p2 = string.find(v, '\0', p1 + 1, true)
+    local p3 = string.find(v, '\0', p2 + 1, true)
+    at = p3 + 1 + tonumber(string.sub(v, p2 + 1, p3 - 1))
+    if string.sub(v, at) ~= old then at = nil end
+  elseif v and kind == 'b' then
+    at = string.find(v, '\0', 1, true) + 1
+    if string.sub(v, at) ~= old then at = nil end
+  elseif v then
+    at = after_channel(v)
+    if at and string.sub(v, at, at + #old - 1) ~= old then at = nil end
+  end
+  if at then
+    -- msgpack items delimit themselves: a write's task path follows `old` unchanged.
+    local rest = ''
+    if kind == 'w' then rest = string.sub(v, at + #old) end
+    redis.call('HSET', key, f, string.sub(v, 1, at - 1) .. new .. rest)
+    done = done + 1
+  end
+end
+return done
+"""
+
 # The migration log: {field, value, ...}.
 MIGRATIONS = r"""
 return redis.call('HGETALL', KEYS[8])

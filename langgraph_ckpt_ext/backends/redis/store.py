@@ -40,7 +40,9 @@ from ...core.rows import (
     CheckpointRow,
     ListQuery,
     MigrationEntry,
+    Reseal,
     StoredSize,
+    Typed,
     WriteRow,
     whole,
 )
@@ -90,7 +92,7 @@ _S = {name: _Script(getattr(scripts, name)) for name in (
     "PIN", "TOUCH", "EXISTING", "REWRITE", "MIGRATIONS", "SIZES",
     "POLICY", "STATE", "SET_IF_ROW", "EXPIRE", "LOCK_RENEW", "LOCK_RELEASE",
     "LEASE_ACQUIRE", "LEASE_RENEW", "LEASE_RELEASE", "DROP_IF_BEFORE", "UNINDEX_BEFORE",
-    "RAISE_EPOCH",
+    "RAISE_EPOCH", "RESEAL",
 )}
 _KINDS = {b"c": "checkpoint", b"b": "blob", b"w": "write"}
 
@@ -162,6 +164,36 @@ def _pack_writes(rows: Sequence[WriteRow]) -> bytes:
 
 def _write_field(w: WriteRow) -> bytes:
     return b"\0".join((_b(w.checkpoint_ns), _b(w.checkpoint_id), _b(w.task_id), b"%d" % w.idx))
+
+
+def _reseal_record(change: Reseal) -> list[bytes] | None:
+    """RESEAL's record for a change (`kind, field, old, new`), or None for a change that can
+    name no row (a part holding a NUL, which would alias another field)."""
+    key = change.key
+    if any("\0" in part for part in (change.checkpoint_ns, *key)):
+        return None
+    ns = _b(change.checkpoint_ns)
+    if change.kind == "checkpoint" and len(key) == 1:
+        return [b"c", ns + b"\0" + _b(key[0]), _row_tail(change.old), _row_tail(change.new)]
+    if change.kind == "blob" and len(key) == 2:
+        return [b"b", b"\0".join((ns, _b(key[0]), _b(key[1]))),
+                *(_b(f"{t[0][0]}\0") + bytes(t[0][1]) for t in (change.old, change.new))]
+    if change.kind == "write" and len(key) == 3 and key[2].lstrip("-").isdigit():
+        field = b"\0".join((ns, _b(key[0]), _b(key[1]), b"%d" % int(key[2])))
+        return [b"w", field, *(_write_items(t[0]) for t in (change.old, change.new))]
+    return None
+
+
+def _row_tail(pair: tuple[Typed, ...]) -> bytes:
+    """The msgpack tail of a packed checkpoint row (`_pack_row`) for (checkpoint, metadata)."""
+    (ctype, cdata), (mtype, mdata) = pair
+    return ormsgpack.packb([ctype, bytes(cdata), mtype, bytes(mdata)])
+
+
+def _write_items(value: Typed) -> bytes:
+    """A packed write's type and data items (`_pack_writes`): msgpack items delimit
+    themselves, so these bytes sit between the channel and the task path unchanged."""
+    return ormsgpack.packb(value[0]) + ormsgpack.packb(bytes(value[1]))
 
 
 def _writes(thread_id: str, flat: Sequence[bytes]) -> dict[str, list[WriteRow]]:
@@ -746,6 +778,16 @@ class RedisStore:
         await self._index(tid, [row.run_id] if row.run_id else [])
         await self._after_write()
         return True
+
+    async def reseal(self, thread_id: str, changes: Sequence[Reseal]) -> int:
+        """One RESEAL script over the thread's keys: each value compared with what the change
+        read and replaced only if equal, its key's TTL kept (a hash field has none of its
+        own). The lifecycle row, the head and the indexes stay as they are."""
+        records = [r for ch in changes if (r := _reseal_record(ch)) is not None]
+        if not records:
+            return 0
+        args = [part for record in records for part in record]
+        return int(await self._call("RESEAL", self.keys(thread_id), args))
 
     async def read_migrations(self, thread_id: str | None = None) -> list[MigrationEntry]:
         tids = [thread_id] if thread_id is not None else await self.thread_ids()
