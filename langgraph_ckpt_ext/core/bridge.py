@@ -11,7 +11,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
-from typing import Any, ParamSpec, Protocol, TypeVar, runtime_checkable
+from typing import Any, ParamSpec, Protocol, TypeVar, cast, runtime_checkable
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -97,7 +97,10 @@ class Bridge:
                 "a sync checkpointer method was called from the checkpointer's own loop; "
                 "use the async method (aget_tuple, aput, ...) there"
             )
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        value, interrupt = asyncio.run_coroutine_threadsafe(_carry(coro), loop).result()
+        if interrupt is not None:
+            raise interrupt
+        return cast(T, value)
 
     def iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         """Drive an async iterator from sync code: the first item in one round trip, then
@@ -140,6 +143,16 @@ class Bridge:
                 loop.stop()
 
         asyncio.run_coroutine_threadsafe(last(), loop)
+
+
+async def _carry(coro: Coroutine[Any, Any, T]) -> tuple[T | None, BaseException | None]:
+    """`coro`'s result, or the KeyboardInterrupt or SystemExit it raised (a caller's callback
+    may): raised on the private loop, they would stop the loop itself, leaving the sync caller
+    waiting forever and the bridge without a thread; carried back, they are raised there."""
+    try:
+        return await coro, None
+    except (KeyboardInterrupt, SystemExit) as exc:
+        return None, exc
 
 
 async def _anext(agen: AsyncIterator[T]) -> T:
