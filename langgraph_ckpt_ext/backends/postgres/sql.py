@@ -494,6 +494,50 @@ WITH target_row AS (
 )
 SELECT count(*) FROM target_row"""
 
+# Values sealed again in place (`Store.reseal`: key rotation), in one statement: the thread's
+# lock in share mode, waiting (so no prune or delete of the thread is half-way, and none starts
+# before this commits), then its lifecycle row locked but left as it is (FOR NO KEY UPDATE, the
+# lock a write takes on it first: writers of the thread and this take turns, every one taking
+# the two locks in the same order, so none deadlocks), then each value replaced only where its
+# row still holds exactly the old one (a row a writer changed meanwhile is compared as it is
+# now). A thread with no lifecycle row is rewritten without that lock. $1: the thread, $2: its
+# lock key; checkpoints (record and metadata) $3..$12, blobs $13..$19, pending writes $20..$27;
+# the statement returns how many rows it changed. Each array holds a row's key once.
+RESEAL = f"""
+WITH held AS (
+    SELECT pg_advisory_xact_lock_shared({THREAD_LOCK}, $2::int)
+), thread_row AS (
+    SELECT 1 FROM lgx_threads WHERE thread_id = $1 AND (SELECT count(*) FROM held) >= 0
+    FOR NO KEY UPDATE
+), c AS (
+    UPDATE lgx_checkpoints x
+    SET type = n.nty, checkpoint = n.nda, metadata_type = n.nmty, metadata = n.nmda
+    FROM {_unnest(3, "text", "text", "text", "bytea", "text", "bytea", "text", "bytea", "text",
+                  "bytea")} AS n(ns, cid, oty, oda, omty, omda, nty, nda, nmty, nmda)
+    WHERE x.thread_id = $1 AND x.checkpoint_ns = n.ns AND x.checkpoint_id = n.cid
+      AND x.type = n.oty AND x.checkpoint = n.oda
+      AND x.metadata_type = n.omty AND x.metadata = n.omda
+      AND (SELECT count(*) FROM thread_row) >= 0
+    RETURNING 1
+), b AS (
+    UPDATE lgx_blobs x SET type = n.nty, data = n.nda
+    FROM {_unnest(13, "text", "text", "text", "text", "bytea", "text", "bytea")}
+        AS n(ns, ch, ver, oty, oda, nty, nda)
+    WHERE x.thread_id = $1 AND x.checkpoint_ns = n.ns AND x.channel = n.ch
+      AND x.version = n.ver AND x.type = n.oty AND x.data = n.oda
+      AND (SELECT count(*) FROM thread_row) >= 0
+    RETURNING 1
+), w AS (
+    UPDATE lgx_writes x SET type = n.nty, data = n.nda
+    FROM {_unnest(20, "text", "text", "text", "int", "text", "bytea", "text", "bytea")}
+        AS n(ns, cid, task, idx, oty, oda, nty, nda)
+    WHERE x.thread_id = $1 AND x.checkpoint_ns = n.ns AND x.checkpoint_id = n.cid
+      AND x.task_id = n.task AND x.idx = n.idx AND x.type = n.oty AND x.data = n.oda
+      AND (SELECT count(*) FROM thread_row) >= 0
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM c) + (SELECT count(*) FROM b) + (SELECT count(*) FROM w)"""
+
 # Delete checkpoints ($2, $3: namespaces and ids) with their writes, and return what the GC
 # plans from, in one round trip: the thread's remaining checkpoints ('c', then the columns of
 # CHECKPOINT_COLS after thread_id) and its blobs ('b', ns, channel, version, base_version).

@@ -29,6 +29,7 @@ from ...core.rows import (
     CheckpointRow,
     ListQuery,
     MigrationEntry,
+    Reseal,
     StoredSize,
     WriteRow,
 )
@@ -537,6 +538,26 @@ class PostgresStore:
 
         return await self._run(op, tx=True)
 
+    async def reseal(self, thread_id: str, changes: Sequence[Reseal]) -> int:
+        """One statement (`sql.RESEAL`), so one round trip and atomic on its own; a change
+        naming a row twice (the second comparing with what the first wrote) takes one more
+        statement per repeat, all in one transaction. A retry after a lost connection whose
+        first try had committed finds the new values and counts those changes as not
+        applied (nothing is written twice)."""
+        rounds = _reseal_rounds(changes)
+        if not rounds:
+            return 0
+        key = self.thread_lock_key(thread_id)
+
+        async def op(conn: asyncpg.Connection) -> int:
+            done = 0
+            for part in rounds:
+                done += int(await conn.fetchval(sql.RESEAL, thread_id, key,
+                                                *_reseal_params(part)))
+            return done
+
+        return await self._run(op, tx=len(rounds) > 1)
+
     # -- reading ----------------------------------------------------------------------------
 
     async def _fetch(self, statement: str, *params: Any) -> list[Any]:
@@ -920,6 +941,40 @@ def _add_writes(
             keep.setdefault(key, w)
         else:
             replace[key] = w
+
+
+def _reseal_rounds(changes: Sequence[Reseal]) -> list[list[Reseal]]:
+    """`changes` in order, in as few parts as leave each row named once per part (one
+    statement updates a row once)."""
+    rounds: list[list[Reseal]] = []
+    seen: list[set[tuple[str, str, tuple[str, ...]]]] = []
+    for ch in changes:
+        if ch.kind not in ("checkpoint", "blob", "write"):
+            raise ValueError(f"unknown kind of reseal: {ch.kind!r}")
+        row = (ch.kind, ch.checkpoint_ns, ch.key)
+        # After the last part naming this row, so that changes of one row apply in order.
+        i = next((i + 1 for i in range(len(seen) - 1, -1, -1) if row in seen[i]), 0)
+        if i == len(rounds):
+            rounds.append([])
+            seen.append(set())
+        rounds[i].append(ch)
+        seen[i].add(row)
+    return rounds
+
+
+def _reseal_params(changes: Sequence[Reseal]) -> list[list[Any]]:
+    """The column arrays of `sql.RESEAL` ($3 on): checkpoints, blobs, writes."""
+    by_kind: dict[str, list[Reseal]] = {"checkpoint": [], "blob": [], "write": []}
+    for ch in changes:
+        by_kind[ch.kind].append(ch)
+    return [
+        *_columns([(c.checkpoint_ns, c.key[0], *c.old[0], *c.old[1], *c.new[0], *c.new[1])
+                   for c in by_kind["checkpoint"]], 10),
+        *_columns([(c.checkpoint_ns, c.key[0], c.key[1], *c.old[0], *c.new[0])
+                   for c in by_kind["blob"]], 7),
+        *_columns([(c.checkpoint_ns, c.key[0], c.key[1], int(c.key[2]), *c.old[0], *c.new[0])
+                   for c in by_kind["write"]], 8),
+    ]
 
 
 def _columns(rows: Iterable[Sequence[Any]], width: int) -> list[list[Any]]:
