@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from langgraph.checkpoint.serde.base import SerializerProtocol
 
     from ..backends.checkpointer import Checkpointer
+    from ..core.keys import EnvKeys
     from ..core.sealing import Encryption
 
 OK = 0
@@ -210,17 +211,29 @@ def serde_options(args: argparse.Namespace, serde: SerializerProtocol | None = N
             "plaintext": "read" if getattr(args, "plaintext_read", False) else "refuse"}
 
 
+def env_keys(prefix: str) -> EnvKeys | None:
+    """The keys of `$<prefix>_KEYS` (None when it is not set; a malformed one: `USAGE`)."""
+    if not os.environ.get(f"{prefix}_KEYS", "").strip():
+        return None
+    from ..core.keys import EnvKeys
+
+    try:
+        return EnvKeys(prefix=prefix)
+    except InvalidConfigError as exc:
+        raise CliError(str(exc), USAGE) from None
+
+
 def env_encryption(plaintext: str = "refuse") -> Encryption | None:
     """Encryption with the keys of `$LGCKPT_KEYS` (None when it is not set)."""
-    if not os.environ.get(ENV_KEYS, "").strip():
+    keys = env_keys("LGCKPT")
+    if keys is None:
         if plaintext == "read":
             raise CliError(f"--plaintext-read reads a store being encrypted: set {ENV_KEYS} "
                            "(id:base64key,...; `lgckpt new-key` makes one)", USAGE)
         return None
-    from ..core.keys import EnvKeys
     from ..core.sealing import Encryption
 
-    return Encryption(EnvKeys(), plaintext=plaintext)
+    return Encryption(keys, plaintext=plaintext)
 
 
 def _is_serde(obj: Any) -> bool:
@@ -267,13 +280,10 @@ def open_saver(url: str | None, *, write: bool, create: bool | None = None,
         raise CliError("memory:// keeps nothing between runs: point --url at a SQLite, "
                        "PostgreSQL or Redis store", UNAVAILABLE)
     create = write if create is None else create
-    if os.environ.get(f"{ENV_AUDIT}_KEYS", "").strip() and "audit_keys" not in options:
-        from ..core.keys import EnvKeys  # seal and verify the audit trail with these keys
-
-        try:
-            options["audit_keys"] = EnvKeys(prefix=ENV_AUDIT)
-        except InvalidConfigError as exc:
-            raise CliError(str(exc), USAGE) from None
+    if "audit_keys" not in options:  # seal and verify the audit trail with these keys
+        audit_keys = env_keys(ENV_AUDIT)
+        if audit_keys is not None:
+            options["audit_keys"] = audit_keys
     from ..connecting import connect
 
     if scheme == "sqlite":

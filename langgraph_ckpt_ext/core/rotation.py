@@ -27,6 +27,7 @@ from .sealing import (
     blob_identity,
     checkpoint_identity,
     describe,
+    key_id_of,
     metadata_identity,
     write_identity,
 )
@@ -148,7 +149,7 @@ class _Changes:
         if not any(o.stale for o in opened):
             self.report.rows_current += 1
             return
-        kid = _key_id(next(t for o, t in zip(opened, old, strict=True) if o.stale))
+        kid = key_id_of(next(t for o, t in zip(opened, old, strict=True) if o.stale))
         self.report.from_keys[kid] = self.report.from_keys.get(kid, 0) + 1
         new = tuple(self.sealer.seal(o.typed, ident, o.tenant)
                     for o, ident in zip(opened, idents, strict=True))
@@ -205,12 +206,3 @@ async def _rotate_thread(saver: StoreCheckpointer, store: SealedStore, tid: str,
         applied = await inner.reseal(tid, part)
         report.rows_rotated += applied
         report.rows_changed_meanwhile += len(part) - applied
-
-
-def _key_id(typed: Typed) -> str:
-    """The key id a stored value names ("" if it is not encrypted)."""
-    type_, data = typed
-    data = bytes(data)
-    if type_ != "lgx" or len(data) < 7 or not data[4] & 1:
-        return ""
-    return data[7:7 + data[6]].decode("utf-8", "replace")

@@ -370,6 +370,15 @@ def _too_large(ident: Identity | str, declared: int | None, limit: int) -> Decom
         "(Compression(max_value_bytes=...)): refused")
 
 
+def key_id_of(typed: Typed) -> str:
+    """The key id a stored value is sealed under ("" if it is not encrypted)."""
+    type_, data = typed
+    data = bytes(data)
+    if type_ != SEALED or len(data) < 7 or data[:4] != _MAGIC or not data[4] & _ENCRYPTED:
+        return ""
+    return data[7:7 + data[6]].decode("utf-8", "replace")
+
+
 _UNKEYED = Sealer()
 
 

@@ -25,9 +25,10 @@ from langgraph_ckpt_ext import PostgresCheckpointer
 from langgraph_ckpt_ext.backends.postgres.store import PostgresStore
 from langgraph_ckpt_ext.core.errors import DecryptionError
 from langgraph_ckpt_ext.core.keys import EnvKeys, StaticKeys, encode_key, new_key
-from langgraph_ckpt_ext.core.rotation import RotationProgress, _key_id
+from langgraph_ckpt_ext.core.rotation import RotationProgress
 from langgraph_ckpt_ext.core.rows import ListQuery, Reseal
 from langgraph_ckpt_ext.core.sealing import Encryption
+from langgraph_ckpt_ext.core.sealing import key_id_of as _key_id
 from langgraph_ckpt_ext.core.versions import version_key
 from tests.support.graphs import chat_graph
 from tests.support.savers import PG_DSN, drop_pg_schemas, pg_schema

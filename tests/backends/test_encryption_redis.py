@@ -20,9 +20,9 @@ from langchain_core.messages import HumanMessage
 from langgraph_ckpt_ext import RedisCheckpointer
 from langgraph_ckpt_ext.core.errors import DecryptionError
 from langgraph_ckpt_ext.core.keys import EnvKeys, StaticKeys, encode_key, new_key
-from langgraph_ckpt_ext.core.rotation import _key_id
 from langgraph_ckpt_ext.core.rows import ListQuery, Reseal, WriteRow
 from langgraph_ckpt_ext.core.sealing import Encryption
+from langgraph_ckpt_ext.core.sealing import key_id_of as _key_id
 from langgraph_ckpt_ext.core.versions import version_key
 from tests.support.graphs import chat_graph
 from tests.support.savers import SaverHandle, open_saver, params

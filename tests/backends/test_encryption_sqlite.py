@@ -22,8 +22,8 @@ from langchain_core.messages import HumanMessage
 from langgraph_ckpt_ext import SQLiteCheckpointer
 from langgraph_ckpt_ext.core.errors import DecryptionError
 from langgraph_ckpt_ext.core.keys import StaticKeys, encode_key, new_key
-from langgraph_ckpt_ext.core.rotation import _key_id
 from langgraph_ckpt_ext.core.sealing import Encryption
+from langgraph_ckpt_ext.core.sealing import key_id_of as _key_id
 from langgraph_ckpt_ext.core.versions import version_key
 from tests.support.graphs import chat_graph
 

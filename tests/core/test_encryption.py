@@ -90,7 +90,7 @@ def reseal(cp: Any, thread: str, *changes: Reseal) -> int:
 
 def key_ids(cp: Any, thread: str) -> set[str]:
     """The key ids the thread's values are sealed under ("" for unencrypted ones)."""
-    from langgraph_ckpt_ext.core.rotation import _key_id
+    from langgraph_ckpt_ext.core.sealing import key_id_of as _key_id
 
     found = raw(cp, thread)
     typed = [t for r in found["checkpoints"] for t in (r.checkpoint, r.metadata)]
@@ -286,7 +286,7 @@ def test_lazy_rotation_reseals_what_a_run_read(handle: SaverHandle) -> None:
         del cp_latest
         assert latest is not None
         found = raw(both, "l")
-        from langgraph_ckpt_ext.core.rotation import _key_id
+        from langgraph_ckpt_ext.core.sealing import key_id_of as _key_id
 
         newest = found["checkpoints"][0]
         assert _key_id(newest.metadata) == "k2"
