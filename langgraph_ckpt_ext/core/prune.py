@@ -43,8 +43,9 @@ class Pruning(SaverBase):
         meanwhile are kept, and every checkpoint left reads back whole. Raises
         `StoreBusyError` (that thread unchanged, those before it pruned) when a thread's
         writers keep it longer than the store waits (PostgreSQL: `lock_timeout`, 5 s unless
-        the session sets one): retry later."""
-        _check_strategy(strategy)
+        the session sets one): retry later. `"delete_all"` is `"delete"` (LangGraph's server
+        names it so)."""
+        strategy = _check_strategy(strategy)
         events: builtins.list[LifecycleEvent] = []
         for thread_id in check_ids(thread_ids, "thread_id", required=True):
             if strategy == "delete":
@@ -144,6 +145,11 @@ class Pruning(SaverBase):
         return [k for k in by_key if k not in live]
 
 
-def _check_strategy(strategy: str) -> None:
+def _check_strategy(strategy: str) -> str:
+    """`strategy`, `"delete_all"` (LangGraph's server's name, from its gRPC `Prune`) read as
+    `"delete"`."""
+    if strategy == "delete_all":
+        return "delete"
     if strategy not in ("keep_latest", "delete"):
         raise ValueError(f"unknown prune strategy {strategy!r}: use 'keep_latest' or 'delete'")
+    return strategy
