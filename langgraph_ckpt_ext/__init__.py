@@ -183,6 +183,18 @@ __all__ = [
 __version__ = "0.1.0"
 
 
+def _server_checkpointer() -> Any:
+    """What `"path": "langgraph_ckpt_ext.server:checkpointer"` in `langgraph.json` names.
+    LangGraph's server reads a path with neither `/` nor `.py:` as `module.attr`, split at its
+    last dot: it imports this package and looks up `server:checkpointer` in its namespace."""
+    from .server import checkpointer
+
+    return checkpointer()
+
+
+globals()["server:checkpointer"] = _server_checkpointer
+
+
 def __getattr__(name: str) -> Any:
     if name == "Step":  # the former name of `SchemaStep`, still importable for a while
         from .core.errors import renamed

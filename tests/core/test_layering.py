@@ -4,7 +4,8 @@ Layers, bottom to top (a package may import its own modules and those of the lay
 `ALLOWED`; a top-level module such as `connecting.py` counts as a package of its own):
 
     core -> state, migrations, timetravel -> backends -> connect, transfer -> strategies -> cli,
-    the top-level `langgraph_ckpt_ext` (its `__init__` and `__main__`)
+    the top-level `langgraph_ckpt_ext` (its `__init__` and `__main__`); `server` (the factory
+    LangGraph's server loads) sits beside `connect`, above it
 
 Every import counts for the layering, wherever it is written: at module level, inside a function
 (a lazy import still binds the layers at run time) and under `if TYPE_CHECKING:` (a type names
@@ -39,8 +40,10 @@ ALLOWED: dict[str, set[str]] = {
     "strategies": {*_BELOW_BACKENDS, "backends", "connecting", "transfer"},
     "transfer": {*_BELOW_BACKENDS, "backends", "connecting"},
     "connecting": {*_BELOW_BACKENDS, "backends"},
+    "server": {*_BELOW_BACKENDS, "backends", "connecting"},
     "cli": {*_BELOW_BACKENDS, "backends", "strategies", "transfer", "connecting", "__init__"},
-    "__init__": {*_BELOW_BACKENDS, "backends", "strategies", "transfer", "connecting"},
+    "__init__": {*_BELOW_BACKENDS, "backends", "strategies", "transfer", "connecting",
+                 "server"},
     "__main__": {"cli"},
 }
 

@@ -37,6 +37,9 @@ PUBLIC: dict[str, list[str]] = {
         "NAME_KEY", "SchemaChain", "SchemaStep", "SchemaVersionError", "Upcaster", "VERSION_KEY",
         "WriteUpcaster", "compare", "is_reserved", "stored_schema_name", "stored_schema_version",
     ],
+    "langgraph_ckpt_ext.server": [
+        "ServerSettings", "checkpointer", "open_checkpointer", "serde_from_settings",
+    ],
     "langgraph_ckpt_ext.strategies": [
         "AnyOf", "EveryStep", "Hybrid", "Metrics", "OnEvents", "Periodic", "Policy", "RepairReport",
         "ReplicaRepair", "ReplicaStatus", "ReplicatedCheckpointer", "ReplicationStatus",
