@@ -38,6 +38,11 @@ SWEEP_VAR = "LGCKPT_SWEEP_EVERY"
 CHECKPOINTER_VAR = "LANGGRAPH_CHECKPOINTER"
 THREAD_TTL_VAR = "LANGGRAPH_THREAD_TTL"
 SERDE_KEYS = ("allowed_json_modules", "pickle_fallback")
+REQUEST_KEYS = ("langgraph_request_id", "langgraph_auth_user", "langgraph_auth_user_id",
+                "langgraph_auth_permissions")
+"""Request-scoped keys the server puts in a run's `configurable` and means never to persist
+(its adapter drops them from the metadata it hands over, but a saver merges `configurable`
+into metadata again, as LangGraph's own do): dropped from metadata, besides the secrets."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +178,8 @@ async def open_checkpointer(
             checkpointer it wraps.
         options: keyword options of `connect` (`encryption=`, `retention=`, ...); they take
             precedence over those of `settings` (`sweep_every=` replaces its schedule).
+            Unless `redact_metadata` is given (here or in the URL), the server's request-scoped
+            keys (`REQUEST_KEYS`) are dropped from checkpoint metadata with the secrets.
 
     Raises `InvalidConfigError` for bad settings or options, before anything is opened.
 
@@ -186,6 +193,8 @@ async def open_checkpointer(
     if isinstance(settings, str):
         settings = ServerSettings(settings)
     merged = {**settings.options(), **options}
+    if "redact_metadata" not in merged and "redact_metadata" not in parse_url(settings.url).options:
+        merged["redact_metadata"] = list(REQUEST_KEYS)
     async with AsyncExitStack() as stack:
         # `connect` opens synchronously (files, pools): off the server's event loop
         schedule = None if "sweep_every" in options else settings.schedule()

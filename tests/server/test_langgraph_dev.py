@@ -145,6 +145,10 @@ def test_langgraph_dev_runs_on_our_checkpointer_and_survives_a_restart(
         done["values"]["log"], ["draft about otters", "review: yes"]]
     assert len(history) >= 5  # input, draft, review (paused), review, publish
     assert _ids(history) == _stored(db, tid), "the API's history is not our store's"
+    with SQLiteCheckpointer(db) as cp:  # the server's metadata, its request id left out
+        stored = [t.metadata for t in cp.list({"configurable": {"thread_id": tid}})]
+    assert all(m.get("graph_id") == "agent" and "assistant_id" in m for m in stored), stored
+    assert not any("langgraph_request_id" in m for m in stored), stored[0]
 
     kept = client.threads.copy(tid)["thread_id"]
     dropped = client.threads.copy(tid)["thread_id"]

@@ -194,6 +194,19 @@ async def test_a_wrapper_is_closed_then_what_it_wraps(tmp_path: Path) -> None:
         assert len([t async for t in cp.alist({"configurable": {"thread_id": "w"}})]) >= 1
 
 
+@pytest.mark.parametrize(("query", "kept"), [("", False), ("?redact_metadata=false", True)])
+async def test_request_keys_are_not_stored(tmp_path: Path, query: str, kept: bool) -> None:
+    """The server's request id reaches a saver in `configurable`, which LangGraph's savers
+    merge into metadata; dropped unless the URL says how to redact."""
+    async with open_checkpointer(f"sqlite:///{tmp_path / 'r.db'}{query}") as cp:
+        config = {"configurable": {"thread_id": "r", "checkpoint_ns": "",
+                                   "langgraph_request_id": "req-1", "graph_id": "agent"}}
+        await cp.aput(config, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+        [stored] = [t.metadata async for t in cp.alist({"configurable": {"thread_id": "r"}})]
+    assert stored["graph_id"] == "agent"
+    assert ("langgraph_request_id" in stored) is kept
+
+
 async def test_prune_delete_all_is_delete(tmp_path: Path) -> None:
     """LangGraph's server calls `aprune(..., strategy="delete_all")` (its gRPC `Prune`)."""
     async with open_checkpointer(f"sqlite:///{tmp_path / 'p.db'}") as cp:
