@@ -7,7 +7,9 @@ the API and straight from our SQLite file."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -75,6 +77,7 @@ class DevServer:
 
     def tail(self, lines: int = 60) -> str:
         text = self.log.read_text(errors="replace") if self.log.exists() else "(no log)"
+        text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # the server's colours
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
@@ -175,3 +178,57 @@ def test_langgraph_dev_runs_on_our_checkpointer_and_survives_a_restart(
     client.runs.wait(tid, "agent", input={"topic": "seals", "log": []})
     assert client.threads.get_state(tid)["values"]["log"][:4] == [
         *done["values"]["log"], "draft about seals"]
+
+
+PLAN_GRAPH = '''
+from typing import TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+from pydantic import BaseModel
+
+
+class Plan(BaseModel):
+    steps: list[str]
+
+
+class State(TypedDict, total=False):
+    plan: Plan
+    kind: str
+
+
+def make(state: State) -> dict:
+    return {"plan": Plan(steps=["look", "leap"])}
+
+
+def ask(state: State) -> dict:
+    interrupt("go?")
+    return {"kind": type(state["plan"]).__name__}  # as read back from the checkpoint
+
+
+builder = StateGraph(State)
+builder.add_node("make", make)
+builder.add_node("ask", ask)
+builder.add_edge(START, "make")
+builder.add_edge("make", "ask")
+builder.add_edge("ask", END)
+graph = builder.compile()
+'''
+
+
+def test_a_state_class_listed_in_serde_comes_back_as_itself(server: DevServer) -> None:
+    """The server hands the graph's allowlist (its state's classes) to its own wrapper's
+    serializer, not to ours: a class is listed in `checkpointer.serde.allowed_json_modules`
+    (a graph loaded from `./plan_graph.py` lives in module `__plan_graph`), or a resumed run
+    reads a dict instead of it."""
+    (server.app / "plan_graph.py").write_text(PLAN_GRAPH)
+    (server.app / "langgraph.json").write_text(json.dumps({
+        "dependencies": ["."], "graphs": {"plan": "./plan_graph.py:graph"},
+        "checkpointer": {"path": "langgraph_ckpt_ext.server:checkpointer",
+                         "serde": {"allowed_json_modules": [["__plan_graph", "Plan"]]}}}))
+    server.start()
+    client = get_sync_client(url=server.url)
+    tid = client.threads.create()["thread_id"]
+    client.runs.wait(tid, "plan", input={})
+    done = client.runs.wait(tid, "plan", command={"resume": True})
+    assert done == {"plan": {"steps": ["look", "leap"]}, "kind": "Plan"}, server.tail()
