@@ -157,7 +157,7 @@ def test_langgraph_dev_runs_on_our_checkpointer_and_survives_a_restart(
     dropped = client.threads.copy(tid)["thread_id"]
     assert client.threads.get_state(kept)["values"] == done["values"]
     kept_ids = _stored(db, kept)
-    assert len(kept_ids) == len(history)
+    assert kept_ids == _ids(history)  # the whole history, its checkpoint ids kept
     client.threads.delete(dropped)
     assert _stored(db, dropped) == []
     with pytest.raises(NotFoundError):
