@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 import json
 import threading
 from dataclasses import dataclass
@@ -18,9 +19,12 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_ckpt_ext import InvalidConfigError, Retention, SmartCheckpointer
+from langgraph_ckpt_ext.core.keys import encode_key, new_key
 from langgraph_ckpt_ext.core.retention import SweepSchedule
 from langgraph_ckpt_ext.server import ServerSettings, open_checkpointer
 
+EXAMPLE = (Path(__file__).resolve().parents[2] / "examples" / "langgraph_server"
+           / "custom_checkpointer.py")
 TTL = {"strategy": "keep_latest", "default_ttl": 60, "sweep_interval_minutes": 2,
        "sweep_limit": 50}
 
@@ -215,3 +219,31 @@ async def test_prune_delete_all_is_delete(tmp_path: Path) -> None:
         await cp.aprune(["gone"], strategy="delete_all")
         assert [t async for t in cp.alist({"configurable": {"thread_id": "gone"}})] == []
         assert len([t async for t in cp.alist({"configurable": {"thread_id": "kept"}})]) == 2
+
+
+async def test_the_example_custom_factory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+                                          ) -> None:
+    """examples/langgraph_server/custom_checkpointer.py, loaded by file path as the server
+    loads `./custom_checkpointer.py:checkpointer`: a SmartCheckpointer over an encrypted
+    SQLite file, its retention the factory's own."""
+    db = _env(monkeypatch, tmp_path, ttl=TTL)
+    monkeypatch.setenv("LGCKPT_KEYS", f"k1:{encode_key(new_key())}")
+    monkeypatch.delenv("LGCKPT_KEY_CURRENT", raising=False)
+    spec = importlib.util.spec_from_file_location("__custom_checkpointer", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    async with module.checkpointer() as cp:
+        assert isinstance(cp, SmartCheckpointer)
+        assert cp.retention == Retention(idle=30 * 24 * 3600, keep=50)
+        ckpt = empty_checkpoint()
+        ckpt["channel_values"] = {"secret": "the otters are plotting"}
+        ckpt["channel_versions"] = {"secret": 1.5}
+        await cp.aput({"configurable": {"thread_id": "x", "checkpoint_ns": ""}}, ckpt,
+                      {"source": "input", "step": -1}, {"secret": 1.5})
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob(f"{db.name}*"))
+    assert b"otters" not in stored
+    async with module.checkpointer() as cp:
+        tup = await cp.aget_tuple({"configurable": {"thread_id": "x"}})
+        assert tup is not None
+        assert tup.checkpoint["channel_values"] == {"secret": "the otters are plotting"}
