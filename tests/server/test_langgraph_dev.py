@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +232,66 @@ def test_a_state_class_listed_in_serde_comes_back_as_itself(server: DevServer) -
     client.runs.wait(tid, "plan", input={})
     done = client.runs.wait(tid, "plan", command={"resume": True})
     assert done == {"plan": {"steps": ["look", "leap"]}, "kind": "Plan"}, server.tail()
+
+
+WAIT_GRAPH = '''
+import asyncio
+from pathlib import Path
+from typing import TypedDict
+
+from langgraph.graph import END, START, StateGraph
+
+
+class State(TypedDict):
+    release: str
+    done: bool
+
+
+async def wait(state: State) -> dict:
+    while not Path(state["release"]).exists():  # the run's work: until released
+        await asyncio.sleep(0.05)
+    return {"done": True}
+
+
+builder = StateGraph(State)
+builder.add_node("wait", wait)
+builder.add_edge(START, "wait")
+builder.add_edge("wait", END)
+graph = builder.compile()
+'''
+
+
+def _runs_stored(db: Path, thread_id: str) -> set[str]:
+    with SQLiteCheckpointer(db) as cp:
+        return {str(t.metadata.get("run_id"))
+                for t in cp.list({"configurable": {"thread_id": thread_id}})}
+
+
+def test_a_rolled_back_run_leaves_no_checkpoint(server: DevServer, tmp_path: Path) -> None:
+    """`runs.cancel(..., action="rollback")`: the server deletes the run and calls our
+    `adelete_for_runs`; the run's checkpoints go, an earlier run's stay."""
+    db = tmp_path / "ckpt.db"
+    (server.app / "wait_graph.py").write_text(WAIT_GRAPH)
+    (server.app / "langgraph.json").write_text(json.dumps({
+        "dependencies": ["."], "graphs": {"wait": "./wait_graph.py:graph"},
+        "checkpointer": {"path": "langgraph_ckpt_ext.server:checkpointer"}}))
+    server.start()
+    client = get_sync_client(url=server.url)
+    tid = client.threads.create()["thread_id"]
+    released = tmp_path / "released"
+    released.touch()
+    first = client.runs.wait(tid, "wait", input={"release": str(released), "done": False})
+    assert first["done"] is True
+    kept = _runs_stored(db, tid)
+    held = client.runs.create(tid, "wait", input={"release": str(tmp_path / "never"),
+                                                  "done": False})
+    _poll(lambda: held["run_id"] in _runs_stored(db, tid), server)  # it has checkpoints
+    client.runs.cancel(tid, held["run_id"], wait=True, action="rollback")
+    _poll(lambda: _runs_stored(db, tid) == kept, server)  # however the server orders it
+
+
+def _poll(done: Callable[[], bool], server: DevServer, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, server.tail()
+        time.sleep(0.05)  # the poll interval, under a deadline
