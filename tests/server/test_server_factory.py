@@ -11,6 +11,7 @@ import importlib
 import importlib.util
 import json
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,15 @@ from langgraph_ckpt_ext import InvalidConfigError, Retention, SmartCheckpointer
 from langgraph_ckpt_ext.core.keys import encode_key, new_key
 from langgraph_ckpt_ext.core.retention import SweepSchedule
 from langgraph_ckpt_ext.server import ServerSettings, open_checkpointer
+from tests.support.savers import (
+    PG_DSN,
+    REDIS_URL,
+    drop_pg_schemas,
+    drop_redis_prefixes,
+    param,
+    pg_schema,
+    redis_prefix,
+)
 
 EXAMPLE = (Path(__file__).resolve().parents[2] / "examples" / "langgraph_server"
            / "custom_checkpointer.py")
@@ -143,12 +153,30 @@ async def test_serde_allowed_json_modules_lets_stored_values_construct_those_cla
         assert not isinstance(cp.serde.loads_typed(cp.serde.dumps_typed(plan)), Plan)
 
 
+@pytest.fixture
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A URL of `request.param`'s backend naming storage of this test's own, removed after."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ck.db'}"
+    elif request.param == "postgres":
+        schema = pg_schema()
+        yield f"{PG_DSN}?schema={schema}"
+        drop_pg_schemas(schema)
+    else:
+        prefix = redis_prefix()
+        yield f"{REDIS_URL}?key_prefix={prefix}"
+        drop_redis_prefixes(prefix)
+
+
+@pytest.mark.parametrize("store_url", [param("sqlite"), param("postgres"), param("redis")],
+                         indirect=True)
 def test_entered_once_per_thread_each_on_its_own_loop(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, store_url: str
 ) -> None:
     """The server enters the factory in every thread that serves requests, each thread with
-    its own event loop; all share the one file, and each closes what it opened."""
+    its own event loop; all share the one store, and each closes what it opened."""
     _env(monkeypatch, tmp_path, ttl=TTL)
+    monkeypatch.setenv("LGCKPT_URL", store_url)
     before = len(_sweepers())
     entered = threading.Barrier(3)
     seen: dict[str, int] = {}
