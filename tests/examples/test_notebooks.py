@@ -49,6 +49,17 @@ EXPECTED = {
         "no    held the payment  payments: 0",
         "payments in all: 2 (the source's and the 'yes' arm's)",
     ],
+    "04_agent_state.ipynb": [
+        "tokens_used        add",
+        "long_term_refs     merge_by_id",
+        "status: completed | iterations: 4 | tokens_used: 1070 | cost_usd: 0.0107",
+        "long_term_refs: [('doc-7', 0.83), ('doc-2', 0.55), ('doc-9', 0.4)]",
+        "messages: [('HumanMessage', 'q'), ('AIMessage', 'answer')]",
+        "step 2 | status: running | tokens_used: 420 | tool calls: 1",
+        "other process: completed 1070 tokens, 2 tool calls, last: search_papers",
+        "other process, a thread never run: None",
+        "tokens_used per checkpoint: [0, 0, 120, 420, 820, 1070, 1070]",
+    ],
 }
 
 
