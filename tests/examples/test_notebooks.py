@@ -60,6 +60,19 @@ EXPECTED = {
         "other process, a thread never run: None",
         "tokens_used per checkpoint: [0, 0, 120, 420, 820, 1070, 1070]",
     ],
+    "05_smart_save.ipynb": [
+        "OnEvents, read-only lookup  handed over 50 checkpoints + 40 writes; 10 batch(es); "
+        "stored 50 checkpoints",
+        "Periodic(60)                handed over 50 checkpoints + 40 writes;  1 batch(es); "
+        "stored 50 checkpoints",
+        "bare checkpointer: 9.0 store calls per turn",
+        "child: PAUSED at: refund order A-17? | batches written: 1, items buffered: 0",
+        "child killed by signal 9",
+        "fresh process finds: ('refund',) waiting at 'refund order A-17?'",
+        "answers before the crash: 3",
+        "resumed: Refund of A-17: yes. | refunded: ['A-17']",
+        "stored: Refund of A-17: yes. | next: ()",
+    ],
 }
 
 
