@@ -73,6 +73,17 @@ EXPECTED = {
         "resumed: Refund of A-17: yes. | refunded: ['A-17']",
         "stored: Refund of A-17: yes. | next: ()",
     ],
+    "06_replication.ipynb": [
+        "replica up: False | operations queued for it: True",
+        "after the restart: up True | needs repair: True | threads to repair: 3",
+        "after repair(): up True | queued: 0 | needs repair: False",
+        "every thread the same on both stores: True",
+        "a second repair finds nothing to do: True",
+        "primary file left: False",
+        "replica finds ticket waiting at: ship order 5?",
+        "resumed on the replica: human said yes | turns: 1",
+        "as on the lost primary: True",
+    ],
 }
 
 
