@@ -22,6 +22,9 @@ EXPECTED = {
         "fork: rejected - Final answer: nothing deleted; the disk is still full.",
         "ticket-42       status=approved  Final answer: the disk has room again.",
         "ticket-42-fork  status=rejected  Final answer: nothing deleted; the disk is still full.",
+        "| finish |",
+        "nodes: ['plan', 'act', 'finish']",
+        "ticket-42: 29 rows,",
     ],
     "02_schema_migration.ipynb": [
         "order-17 read as schema version 3",
