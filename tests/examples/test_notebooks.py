@@ -22,6 +22,9 @@ EXPECTED = {
         "fork: rejected - Final answer: nothing deleted; the disk is still full.",
         "ticket-42       status=approved  Final answer: the disk has room again.",
         "ticket-42-fork  status=rejected  Final answer: nothing deleted; the disk is still full.",
+        "| finish |",
+        "nodes: ['plan', 'act', 'finish']",
+        "ticket-42: 29 rows,",
     ],
     "02_schema_migration.ipynb": [
         "order-17 read as schema version 3",
@@ -48,6 +51,41 @@ EXPECTED = {
         "yes   paid 135.00 EUR   payments: 1",
         "no    held the payment  payments: 0",
         "payments in all: 2 (the source's and the 'yes' arm's)",
+    ],
+    "04_agent_state.ipynb": [
+        "tokens_used        add",
+        "long_term_refs     merge_by_id",
+        "status: completed | iterations: 4 | tokens_used: 1070 | cost_usd: 0.0107",
+        "long_term_refs: [('doc-7', 0.83), ('doc-2', 0.55), ('doc-9', 0.4)]",
+        "messages: [('HumanMessage', 'q'), ('AIMessage', 'answer')]",
+        "step 2 | status: running | tokens_used: 420 | tool calls: 1",
+        "other process: completed 1070 tokens, 2 tool calls, last: search_papers",
+        "other process, a thread never run: None",
+        "tokens_used per checkpoint: [0, 0, 120, 420, 820, 1070, 1070]",
+    ],
+    "05_smart_save.ipynb": [
+        "OnEvents, read-only lookup  handed over 50 checkpoints + 40 writes; 10 batch(es); "
+        "stored 50 checkpoints",
+        "Periodic(60)                handed over 50 checkpoints + 40 writes;  1 batch(es); "
+        "stored 50 checkpoints",
+        "bare checkpointer: 9.0 store calls per turn",
+        "child: PAUSED at: refund order A-17? | batches written: 1, items buffered: 0",
+        "child killed by signal 9",
+        "fresh process finds: ('refund',) waiting at 'refund order A-17?'",
+        "answers before the crash: 3",
+        "resumed: Refund of A-17: yes. | refunded: ['A-17']",
+        "stored: Refund of A-17: yes. | next: ()",
+    ],
+    "06_replication.ipynb": [
+        "replica up: False | operations queued for it: True",
+        "after the restart: up True | needs repair: True | threads to repair: 3",
+        "after repair(): up True | queued: 0 | needs repair: False",
+        "every thread the same on both stores: True",
+        "a second repair finds nothing to do: True",
+        "primary file left: False",
+        "replica finds ticket waiting at: ship order 5?",
+        "resumed on the replica: human said yes | turns: 1",
+        "as on the lost primary: True",
     ],
 }
 

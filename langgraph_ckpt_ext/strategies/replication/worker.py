@@ -230,6 +230,9 @@ class Replica(Health):
             else:
                 self._mark(entry.op)
             self._settle(entry, outcome)
+        if not self.up and not any(o is not None and unavailable(o) for o in outcomes):
+            # It answered every op: reachable again, though it may have lost data (a restart).
+            self.up, self.repair_all = True, True
         self.applying = False
         self.cond.notify_all()
 
