@@ -49,6 +49,20 @@ EXPECTED = {
         "no    held the payment  payments: 0",
         "payments in all: 2 (the source's and the 'yes' arm's)",
     ],
+    "07_audit_trail.ipynb": [
+        "status: intact",
+        "the agent now reads: Please refund order 7: 2000 EUR.",
+        "after tampering: altered, 8 of 9 checkpoints",
+        "step -1  intact",
+        "step  0  altered",
+        "invoice-9: missing_parent",
+        "invoice-9  8        failed (missing parent): 1 problem(s)",
+        "lgckpt verify exit code: 6",
+        "unkeyed, deleted and rewritten: intact",
+        "keyed: intact, sealed under {'audit-2026-12': 9}",
+        "keyed, rewritten without the key: unkeyed",
+        "keyed, rewritten with a guessed key: altered",
+    ],
 }
 
 
