@@ -63,6 +63,19 @@ EXPECTED = {
         "keyed, rewritten without the key: unkeyed",
         "keyed, rewritten with a guessed key: altered",
     ],
+    "08_postgres_redis.ipynb": [
+        "postgres: PostgresCheckpointer paused before ('confirm',)",
+        "resumed on postgres: refunded",
+        "redis: RedisCheckpointer paused before ('confirm',)",
+        "resumed on redis: refunded",
+        "postgres status=refunded  messages=9  checkpoints=13",
+        "redis    status=refunded  messages=9  checkpoints=13",
+        "same conversation on both: True",
+        "refreshed on write: True",
+        "keys left after the deadline: 0",
+        "thread after expiry: None",
+        "- left: 0",
+    ],
 }
 
 
