@@ -76,6 +76,22 @@ EXPECTED = {
         "thread after expiry: None",
         "- left: 0",
     ],
+    "09_moving_off_langgraph_savers.ipynb": [
+        "ticket-1: paused before ('confirm',)",
+        "2 threads copied (72 checkpoints, 76 writes), 0 already there, 2 verified",
+        "lgckpt import exit code: 0",
+        "from PostgresSaver: 1 threads copied (36 checkpoints, 38 writes), 0 already there, "
+        "1 verified - ok: True",
+        "from InMemorySaver: 1 threads copied (36 checkpoints, 38 writes), 0 already there, "
+        "1 verified - ok: True",
+        "ticket-1: 36 checkpoints in SQLiteCheckpointer, history equal: True",
+        "ticket-2: 36 checkpoints in SQLiteCheckpointer, history equal: True",
+        "ticket-3: 36 checkpoints in PostgresCheckpointer, history equal: True",
+        "ticket-4: 36 checkpoints in PostgresCheckpointer, history equal: True",
+        "answered 'approve': refunded, next=()",
+        "ticket-2: asked {'refund': 'Bo: please refund order 7.'}, answered 'reject': refused",
+        "removed the schemas and",
+    ],
 }
 
 
