@@ -80,10 +80,8 @@ EXPECTED = {
         "ticket-1: paused before ('confirm',)",
         "2 threads copied (72 checkpoints, 76 writes), 0 already there, 2 verified",
         "lgckpt import exit code: 0",
-        "from PostgresSaver: 1 threads copied (36 checkpoints, 38 writes), 0 already there, "
-        "1 verified - ok: True",
-        "from InMemorySaver: 1 threads copied (36 checkpoints, 38 writes), 0 already there, "
-        "1 verified - ok: True",
+        "from PostgresSaver: 1 thread(s), 36 checkpoints, 38 writes copied; read back equal: True",
+        "from InMemorySaver: 1 thread(s), 36 checkpoints, 38 writes copied; read back equal: True",
         "ticket-1: 36 checkpoints in SQLiteCheckpointer, history equal: True",
         "ticket-2: 36 checkpoints in SQLiteCheckpointer, history equal: True",
         "ticket-3: 36 checkpoints in PostgresCheckpointer, history equal: True",
