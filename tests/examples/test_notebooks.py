@@ -74,7 +74,7 @@ EXPECTED = {
         "refreshed on write: True",
         "keys left after the deadline: 0",
         "thread after expiry: None",
-        "- left: 0",
+        "- left: (0, 0)",
     ],
     "09_moving_off_langgraph_savers.ipynb": [
         "ticket-1: paused before ('confirm',)",
@@ -88,7 +88,8 @@ EXPECTED = {
         "ticket-4: 36 checkpoints in PostgresCheckpointer, history equal: True",
         "answered 'approve': refunded, next=()",
         "ticket-2: asked {'refund': 'Bo: please refund order 7.'}, answered 'reject': refused",
-        "removed the schemas and",
+        "schema(s) and lgckpt-moving-",
+        "- left: 0\n",
     ],
 }
 
