@@ -20,12 +20,16 @@ when the flush emptied every queue and the repair found every replica equal to t
 copies what is missing, so the JSON also says what it had to copy).
 
 Run: `python benchmarks/bench_replica_lag.py [--quick] [--json PATH] [--before S] [--down S]
-[--after S] [--threads N] [--dsn URL]`. `--quick`: 1 + 1.5 + 1.5 s.
+[--after S] [--threads N] [--dsn URL] [--no-aof]`. `--quick`: 1 + 1.5 + 1.5 s. `--no-aof`: the
+redis-server keeps nothing, so it comes back empty; the queue still drains (the replica refuses
+the rows of threads whose earlier checkpoints it lost, and marks them for repair), and only the
+final `repair()` makes it equal again: "caught_up" is then false, and "repair" says what it
+copied.
 
 `--json PATH` writes:
 
   {"benchmark": "replica_lag", "command", "machine", "versions",
-   "replicas": ["sqlite", "redis"], "killed": "redis", "interval_s": float,
+   "replicas": ["sqlite", "redis"], "killed": "redis", "aof": bool, "interval_s": float,
    "kill_s": float, "restart_s": float,    # seconds since the start; restart: it answers PING
    "caught_up_s": float | null,            # first sample after the restart with a lag < 0.1 s
    "turns": int, "flushed": bool, "repair": {replica: {"checkpoints_copied", "writes_copied",
@@ -77,8 +81,8 @@ def free_port() -> int:
 class RedisServer:
     """A redis-server of our own on a loopback port, its data in `directory`."""
 
-    def __init__(self, directory: Path, port: int) -> None:
-        self.directory, self.port = directory, port
+    def __init__(self, directory: Path, port: int, aof: bool = True) -> None:
+        self.directory, self.port, self.aof = directory, port, aof
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -89,7 +93,7 @@ class RedisServer:
         """Start it and return once it answers PING (with its append-only file loaded)."""
         self.process = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--dir", str(self.directory), "--save", "", "--appendonly", "yes",
+             "--dir", str(self.directory), "--save", "", "--appendonly", "yes" if self.aof else "no",
              "--appendfsync", "always", "--protected-mode", "no"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
@@ -123,7 +127,7 @@ def sample(t: float, turns: int, wrapper: ReplicatedCheckpointer) -> dict[str, A
 
 async def lag_run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     schema = f"lgxlag_{uuid.uuid4().hex[:10]}"
-    server = RedisServer(tmp, free_port())
+    server = RedisServer(tmp, free_port(), aof=not args.no_aof)
     server.start()
     opened: list[Any] = []
     wrapper: ReplicatedCheckpointer | None = None
@@ -193,7 +197,8 @@ async def lag_run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         server.kill()
     caught_up_s = next((s["t"] for s in samples if s["t"] >= marks["restart"]
                         and s["replicas"]["redis"]["lag_s"] < CAUGHT_UP_LAG), None)
-    return {"replicas": list(REPLICAS), "killed": "redis", "interval_s": args.interval,
+    return {"replicas": list(REPLICAS), "killed": "redis", "aof": not args.no_aof,
+            "interval_s": args.interval,
             "kill_s": round(marks["kill"], 3), "restart_s": round(marks["restart"], 3),
             "caught_up_s": caught_up_s, "turns": turns, "flushed": flushed, "repair": repair,
             "caught_up": flushed and report.clean, "samples": samples}
@@ -225,6 +230,8 @@ def main() -> None:
     p.add_argument("--interval", type=float, default=0.1, help="s between status() samples")
     p.add_argument("--quick", action="store_true", help="1 + 1.5 + 1.5 s")
     p.add_argument("--json", type=Path, help="also write the timeline to this JSON file")
+    p.add_argument("--no-aof", action="store_true",
+                   help="no append-only file: the replica comes back empty (repair needed)")
     args = p.parse_args()
     if args.quick:
         args.before, args.down, args.after = 1.0, 1.5, 1.5
