@@ -21,6 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import plotstyle
+from matplotlib.ticker import FuncFormatter
 from plotstyle import colour, figure, linestyle, save
 
 Json = dict[str, Any]
@@ -44,6 +45,8 @@ def load(directory: Path) -> dict[str, list[Json]]:
         data = json.loads(path.read_text())
         if isinstance(data, dict) and "benchmark" in data:
             found.setdefault(data["benchmark"], []).append(data)
+        else:
+            print(f"draw: {path.name} has no \"benchmark\" key: not drawn")
     return found
 
 
@@ -101,10 +104,14 @@ def draw_storage(backends: Json, outdir: Path) -> list[Path]:
         label = f"{saver}  slope {k:.2f}" if k is not None else saver
         panels[backend_of(saver)].plot(
             g["turns"], [b / 1e6 for b in g["bytes"]], label=label, color=colour(saver),
-            linestyle=linestyle(saver), marker="o", markersize=3)
+            linestyle=linestyle(saver), marker="o" if len(g["turns"]) <= 60 else None,
+            markersize=3)
+    plain = FuncFormatter(lambda v, _: f"{v:g}")  # 100, 0.1: not 10^2, 10^-1
     for ax in panels.values():
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_major_formatter(plain)
+        ax.yaxis.set_major_formatter(plain)
         ax.set_xlabel("turns in the thread (log)")
         ax.set_ylabel("MB stored (log)")
         ax.legend(loc="upper left", fontsize=8)
@@ -125,9 +132,9 @@ def draw_latency(backends: Json, outdir: Path) -> list[Path]:
             linestyle=linestyle(saver), linewidth=0.8 if many else 1.5,
             marker=None if many else "o", markersize=3)
     for ax in panels.values():
-        ax.set_yscale("log")
+        ax.set_ylim(bottom=0)
         ax.set_xlabel("turn number")
-        ax.set_ylabel("latency of the turn, ms (log)")
+        ax.set_ylabel("latency of the turn, ms")
         ax.legend(loc="upper left", fontsize=8)
     fig.suptitle("Latency of each turn along one long thread", fontsize=10)
     return save(fig, outdir, "turn_latency")
