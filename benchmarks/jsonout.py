@@ -15,6 +15,14 @@ PACKAGES = ("langgraph", "langgraph-checkpoint", "langgraph-ckpt-ext", "asyncpg"
             "aiosqlite")
 
 
+def _relative(arg: str) -> str:
+    """A path under the working directory as a relative one: no checkout's path in the file."""
+    path = Path(arg)
+    if path.is_absolute() and path.is_relative_to(Path.cwd()):
+        return str(path.relative_to(Path.cwd()))
+    return arg
+
+
 def header(benchmark: str) -> dict[str, Any]:
     """`benchmark`, `command`, `machine` and `versions`: the keys every results file shares."""
     versions = {}
@@ -25,7 +33,7 @@ def header(benchmark: str) -> dict[str, Any]:
             continue
     return {
         "benchmark": benchmark,
-        "command": shlex.join(["python", *sys.argv]),
+        "command": shlex.join(["python", *map(_relative, sys.argv)]),
         "machine": {"cpus": os.cpu_count() or 1, "python": platform.python_version(),
                     "platform": platform.platform()},
         "versions": versions,
