@@ -13,7 +13,20 @@ Variants, interleaved round by round, each on a fresh database (file or schema):
 Per turn: store calls that write (a batch counts one) and all store calls (reads too): each is
 one database round trip (a native `write_batch`: one transaction, pipelined). Then checkpoints/s,
 turns/s and p50/p99 per turn. Run: `python benchmarks/bench_smart.py [--backend sqlite|postgres|all]
-[--quick]`.
+[--quick] [--json PATH]`.
+
+`--json PATH` also writes the numbers (`figures.py` draws the store round trips from them):
+
+  {"benchmark": "smart", "command": str, "machine": {...}, "versions": {...},
+   "policies": {variant: "SmartCheckpointer(..., EveryStep())", ...},
+   "backends": {"sqlite" | "postgres": {
+       "threads": int, "turns": int, "rounds": int, "latency_ms": float,
+       "variants": {variant: {"writes_per_turn", "calls_per_turn", "cpu_ms": mean over rounds;
+                              "turns_per_s", "checkpoints_per_s", "p50_ms", "p99_ms",
+                              "checkpoints": of the round with the most turns/s}}}}}
+
+Variants keep the order above; "writes_per_turn" counts the store calls that write,
+"calls_per_turn" all of them (each one round trip).
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ from langchain_core.messages import HumanMessage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_backends import build_graph, text
+from jsonout import header, write
 from places import drop
 
 from langgraph_ckpt_ext import (
@@ -140,6 +154,14 @@ VARIANTS: dict[str, tuple[Any, dict[str, Any]]] = {
     "periodic": (Periodic(1.0), {}),
     "hybrid": (Hybrid(min_interval=0.5, max_interval=5.0), {}),
 }
+POLICIES = {
+    "bare": "the backend alone",
+    "every": "EveryStep()",
+    "events": "OnEvents()",
+    "events-ro": "OnEvents(), side_effect_tools=[send_email]",
+    "periodic": "Periodic(1.0)",
+    "hybrid": "Hybrid(0.5, 5.0)",
+}
 
 
 async def run_variant(
@@ -211,7 +233,8 @@ async def round_trip(dsn: str) -> float:
     return statistics.median(times)
 
 
-async def run(backend: str, args: argparse.Namespace) -> None:
+async def run(backend: str, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Print the table of one backend; return its row per variant (as `--json` writes it)."""
     results: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
     proxy = None
     where = ""
@@ -260,6 +283,7 @@ async def run(backend: str, args: argparse.Namespace) -> None:
                   f"{base['calls_per_turn'] / ev['calls_per_turn']:.2f}x fewer, writes "
                   f"{base['writes_per_turn'] / ev['writes_per_turn']:.2f}x fewer, turns/s "
                   f"{ev['turns_per_s'] / base['turns_per_s']:.2f}x")
+    return best
 
 
 def main() -> None:
@@ -272,6 +296,7 @@ def main() -> None:
     p.add_argument("--latency", type=float, default=0.0,
                    help="PostgreSQL only: ms added each way by a loopback proxy (a remote DB)")
     p.add_argument("--quick", action="store_true", help="4 threads x 8 turns, 2 rounds")
+    p.add_argument("--json", type=Path, help="also write the numbers to this JSON file")
     p.add_argument("--serve-proxy", help=argparse.SUPPRESS)  # HOST:PORT:DELAY, for --latency
     args = p.parse_args()
     if args.serve_proxy:
@@ -280,8 +305,14 @@ def main() -> None:
         return
     if args.quick:
         args.threads, args.turns, args.rounds = 4, 8, 2
+    out: dict[str, Any] = {**header("smart"), "policies": POLICIES, "backends": {}}
     for backend in (["sqlite", "postgres"] if args.backend == "all" else [args.backend]):
-        asyncio.run(run(backend, args))
+        best = asyncio.run(run(backend, args))
+        out["backends"][backend] = {
+            "threads": args.threads, "turns": args.turns, "rounds": args.rounds,
+            "latency_ms": args.latency if backend == "postgres" else 0.0, "variants": best}
+    if args.json:
+        write(args.json, out)
 
 
 if __name__ == "__main__":

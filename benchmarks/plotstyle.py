@@ -13,6 +13,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+# Fixed ids inside the SVG (clip paths), so that the same figure gives the same file.
+matplotlib.rcParams["svg.hashsalt"] = "langgraph-ckpt-ext"
+
 # Ours in blues, LangGraph's official savers in oranges/greys; a DeltaChannel variant dashed.
 COLOURS = {
     "ours": "#1f5fbf",
