@@ -17,13 +17,24 @@ a fresh key prefix per workload and round, `<run prefix>_<nnnnn>`; its keys are 
 it (SCAN MATCH on that prefix, then UNLINK) and, whatever happens, every key under the run's prefix
 at exit. Never FLUSHDB: the server may be shared.
 
+DeltaChannel: the official savers also run the same agent graph with `messages` declared as
+LangGraph's `DeltaChannel` (beta; reducer `_messages_delta_reducer`), which stores appended
+messages as writes and a full snapshot every 100 updates: official-memory-delta,
+official-sqlite-delta, official-postgres-delta, plainredis-delta; and ours on it,
+ours-sqlite-delta. They take part in workloads 1 and 2 (3 and 4 call `aput` directly, with no
+graph); each restore check compares a -delta run with its plain twin too.
+
 Workloads (real compiled LangGraph graphs with deterministic fake nodes, no LLM):
   1. agent loop, THREADS threads x TURNS turns, at concurrency 1 and 16, ROUNDS rounds;
-  2. one thread of LONG_TURNS turns: bytes stored and per-turn latency as the thread grows;
+  2. one thread of LONG_TURNS turns: bytes stored and per-turn latency as the thread grows
+     (bytes sampled every LONG_TURNS/30 turns), then the time to restore it: the first
+     `aget_state` on a fresh saver object;
   3. aget_tuple / alist on threads of 10 and CHECKPOINTS checkpoints written with `aput`;
   4. (redis only) `aput` against a bare `SET` of the same number of bytes, see `run_aput_vs_set`.
 Then a restore check (`aget_state(...).values` equal between ours and the official saver) and
-a summary against the issue's targets (informational: the exit code is 0 either way).
+a summary against the issue's targets and the DeltaChannel columns (informational: the exit
+code is 0 either way). `--json PATH` writes every figure, with `growth`, `throughput` and
+`restore_ms` per saver in the shape `figures` documents.
 """
 
 from __future__ import annotations
