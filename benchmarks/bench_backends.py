@@ -205,6 +205,13 @@ def open_ours_redis(ctx: Ctx, place: str) -> contextlib.AbstractAsyncContextMana
     return RedisCheckpointer.from_conn_string(ctx.redis_url, key_prefix=place)
 
 
+def open_ours_redis_forking(ctx: Ctx, place: str) -> contextlib.AbstractAsyncContextManager[Saver]:
+    """For `run_aput_vs_set`, whose puts fork from one checkpoint again and again: without the
+    head check of writers="single" (which refuses a put whose parent is not the head), as
+    plainredis, which has none."""
+    return RedisCheckpointer.from_conn_string(ctx.redis_url, key_prefix=place, writers="last_wins")
+
+
 @contextlib.asynccontextmanager
 async def open_plainredis(ctx: Ctx, place: str) -> AsyncIterator[Saver]:
     """plainredis has no from_conn_string: its constructor makes a client from the URL (RESP2,
@@ -758,7 +765,7 @@ async def run_aput_vs_set(ctx: Ctx, specs: Sequence[Spec], reps: int) -> Json:
     aputs and the SETs one after the other (their order flips from batch to batch), after one
     batch of warm-up. Each SET writes a fresh key (as an aput adds keys); those keys are deleted,
     untimed, after each batch. The bare SETs go through the benchmark's own client (redis-py's
-    defaults)."""
+    defaults). Ours runs with writers="last_wins" here (`open_ours_redis_forking`)."""
     batches = max(1, math.ceil(reps / APUT_BATCH))
     t_aput = {s.label: 0.0 for s in specs}
     t_set = dict(t_aput)
@@ -768,7 +775,8 @@ async def run_aput_vs_set(ctx: Ctx, specs: Sequence[Spec], reps: int) -> Json:
         for spec in specs:
             place = ctx.place(spec, "aput")
             stack.push_async_callback(ctx.release, spec, place)
-            savers[spec.label] = await stack.enter_async_context(spec.open(ctx, place))
+            opener = open_ours_redis_forking if spec.label == OURS_REDIS else spec.open
+            savers[spec.label] = await stack.enter_async_context(opener(ctx, place))
             plans[spec.label] = await aput_plan(savers[spec.label], (batches + 1) * APUT_BATCH)
         set_place = ctx.redis_place()
         stack.push_async_callback(redis_delete, ctx.redis, set_place)
@@ -1161,7 +1169,7 @@ def delta_summary(out: Json) -> None:
     official savers on the DeltaChannel graph."""
     growth, thru, restore = out["growth"], out["throughput"], out["restore_ms"]
     long = out.get("long", {}).get("savers", {})
-    if not any(DELTA_OF.get(label) for label in out["savers"]):
+    if not any(DELTA_OF.get(label) for label in out["savers"]) or not (growth or thru):
         return
     n = out.get("long", {}).get("turns")
     print(f"== DeltaChannel: the official savers on the agent graph whose messages are a "
