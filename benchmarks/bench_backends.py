@@ -17,13 +17,24 @@ a fresh key prefix per workload and round, `<run prefix>_<nnnnn>`; its keys are 
 it (SCAN MATCH on that prefix, then UNLINK) and, whatever happens, every key under the run's prefix
 at exit. Never FLUSHDB: the server may be shared.
 
+DeltaChannel: the official savers also run the same agent graph with `messages` declared as
+LangGraph's `DeltaChannel` (beta; reducer `_messages_delta_reducer`), which stores appended
+messages as writes and a full snapshot every 100 updates: official-memory-delta,
+official-sqlite-delta, official-postgres-delta, plainredis-delta; and ours on it,
+ours-sqlite-delta. They take part in workloads 1 and 2 (3 and 4 call `aput` directly, with no
+graph); each restore check compares a -delta run with its plain twin too.
+
 Workloads (real compiled LangGraph graphs with deterministic fake nodes, no LLM):
   1. agent loop, THREADS threads x TURNS turns, at concurrency 1 and 16, ROUNDS rounds;
-  2. one thread of LONG_TURNS turns: bytes stored and per-turn latency as the thread grows;
+  2. one thread of LONG_TURNS turns: bytes stored and per-turn latency as the thread grows
+     (bytes sampled every LONG_TURNS/30 turns), then the time to restore it: the first
+     `aget_state` on a fresh saver object;
   3. aget_tuple / alist on threads of 10 and CHECKPOINTS checkpoints written with `aput`;
   4. (redis only) `aput` against a bare `SET` of the same number of bytes, see `run_aput_vs_set`.
 Then a restore check (`aget_state(...).values` equal between ours and the official saver) and
-a summary against the issue's targets (informational: the exit code is 0 either way).
+a summary against the issue's targets and the DeltaChannel columns (informational: the exit
+code is 0 either way). `--json PATH` writes every figure, with `growth`, `throughput` and
+`restore_ms` per saver in the shape `figures` documents.
 """
 
 from __future__ import annotations
@@ -46,7 +57,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -55,6 +66,7 @@ import redis
 import redis.asyncio as aioredis
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.memory import InMemorySaver
@@ -62,7 +74,7 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.graph.message import add_messages
+from langgraph.graph.message import _messages_delta_reducer, add_messages
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.version import __version__ as langgraph_version
 from langgraph_checkpoint_plainredis import AsyncRedisSaver
@@ -171,7 +183,7 @@ def open_ours_pg(ctx: Ctx, schema: str) -> contextlib.AbstractAsyncContextManage
 async def open_official_pg(ctx: Ctx, schema: str) -> AsyncIterator[Saver]:
     """The official saver on a psycopg pool with the connection settings its docs require
     (autocommit, dict rows, prepare_threshold=0), confined to `schema` by its search_path."""
-    await ctx.admin.execute(f'CREATE SCHEMA "{schema}"')
+    await ctx.admin.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')  # reopened to restore
     pool: AsyncConnectionPool[AsyncConnection[DictRow]] = AsyncConnectionPool(
         ctx.dsn,
         min_size=POOL_MIN,
@@ -193,6 +205,13 @@ def open_ours_redis(ctx: Ctx, place: str) -> contextlib.AbstractAsyncContextMana
     return RedisCheckpointer.from_conn_string(ctx.redis_url, key_prefix=place)
 
 
+def open_ours_redis_forking(ctx: Ctx, place: str) -> contextlib.AbstractAsyncContextManager[Saver]:
+    """For `run_aput_vs_set`, whose puts fork from one checkpoint again and again: without the
+    head check of writers="single" (which refuses a put whose parent is not the head), as
+    plainredis, which has none."""
+    return RedisCheckpointer.from_conn_string(ctx.redis_url, key_prefix=place, writers="last_wins")
+
+
 @contextlib.asynccontextmanager
 async def open_plainredis(ctx: Ctx, place: str) -> AsyncIterator[Saver]:
     """plainredis has no from_conn_string: its constructor makes a client from the URL (RESP2,
@@ -211,6 +230,7 @@ class Spec:
     kind: str  # where it stores: "sqlite", "memory", "postgres" or "redis"
     open: Callable[[Ctx, str], contextlib.AbstractAsyncContextManager[Saver]]
     table: str | None = None  # the table with one row per checkpoint
+    delta: bool = False  # runs the agent graph whose messages are a DeltaChannel
 
 
 SPECS = [
@@ -227,6 +247,20 @@ SPECS = [
     Spec(OURS_REDIS, "redis", "redis", open_ours_redis),
     Spec(PLAINREDIS, "redis", "redis", open_plainredis),
 ]
+DELTA_OF = {  # a saver on the DeltaChannel graph -> the same saver on the plain graph
+    "official-memory-delta": "official-memory",
+    "official-sqlite-delta": OFFICIAL,
+    "ours-sqlite-delta": OURS,
+    "official-postgres-delta": OFFICIAL_PG,
+    "plainredis-delta": PLAINREDIS,
+}
+SPECS += [dataclasses.replace(next(s for s in SPECS if s.label == plain), label=label, delta=True)
+          for label, plain in DELTA_OF.items()]
+DELTA_VS = {  # (ours, official with DeltaChannel) per backend: the DeltaChannel ratios
+    "sqlite": [(OURS, "official-sqlite-delta"), ("ours-memory", "official-memory-delta")],
+    "postgres": [(OURS_PG, "official-postgres-delta")],
+    "redis": [(OURS_REDIS, "plainredis-delta")],
+}
 PAIRS = [  # (ours, official): ratios and restore checks
     (OURS, OFFICIAL),
     ("ours-memory", "official-memory"),
@@ -391,7 +425,24 @@ class AgentState(TypedDict, total=False):
     cost_usd: Annotated[float, operator.add]
 
 
-def agent(state: AgentState) -> AgentState:
+# Not a TypedDict: LangGraph would read the nodes' input schema from it, and the delta graph's
+# `messages` channel differs from AgentState's.
+State = Mapping[str, Any]
+
+
+class DeltaAgentState(TypedDict, total=False):
+    """AgentState with `messages` as LangGraph's DeltaChannel (beta): checkpoints store the
+    appended messages only (as writes), with a full snapshot every `snapshot_frequency` (100)
+    updates. `_messages_delta_reducer` is LangGraph's batching-invariant messages reducer."""
+
+    messages: Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]
+    tool_calls: Annotated[list[dict[str, Any]], operator.add]
+    working_memory: dict[str, Any]
+    tokens_used: Annotated[int, operator.add]
+    cost_usd: Annotated[float, operator.add]
+
+
+def agent(state: State) -> AgentState:
     messages = state["messages"]
     last = messages[-1]
     base = str(last.id).rsplit(":", 1)[0]  # "<thread>/<turn>"
@@ -416,20 +467,21 @@ def agent(state: AgentState) -> AgentState:
     }
 
 
-def tool(state: AgentState) -> AgentState:
+def tool(state: State) -> AgentState:
     call = state["messages"][-1].tool_calls[0]  # type: ignore[union-attr]
     base = str(call["id"]).rsplit(":", 1)[0]
     result = ToolMessage(content=text(f"result {base}"), tool_call_id=call["id"], id=f"{base}:tool")
     return {"messages": [result], "tokens_used": 40}
 
 
-def route(state: AgentState) -> str:
+def route(state: State) -> str:
     last = state["messages"][-1]
     return "tool" if isinstance(last, AIMessage) and last.tool_calls else END
 
 
-def build_graph(saver: Saver) -> CompiledStateGraph[Any, Any, Any, Any]:
-    builder = StateGraph(AgentState)
+def build_graph(saver: Saver, delta: bool = False) -> CompiledStateGraph[Any, Any, Any, Any]:
+    schema: Any = DeltaAgentState if delta else AgentState
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(schema)
     builder.add_node("agent", agent)
     builder.add_node("tool", tool)
     builder.add_edge(START, "agent")
@@ -455,6 +507,7 @@ class AgentRun:
     bytes: int
     milestones: dict[int, int]  # turn -> bytes stored after it (single-thread runs)
     states: dict[str, dict[str, Any]]
+    restore_s: float | None = None  # median seconds of `aget_state` on a fresh saver (`restore`)
 
 
 async def run_agent(
@@ -465,15 +518,20 @@ async def run_agent(
     turns: int,
     concurrency: int,
     milestones: Sequence[int] = (),
+    restore: bool = False,
 ) -> AgentRun:
     """Concurrency 1: threads one after another. Above: up to `concurrency` turns of different
-    threads in flight at once; each thread's own turns stay in order."""
+    threads in flight at once; each thread's own turns stay in order. `restore`: then time
+    `aget_state` of the first thread on fresh savers (`time_restore`); the run's states are the
+    restored ones."""
     tids = [f"thread-{i}" for i in range(threads)]
     lat = [[0.0] * turns for _ in tids]
     marks: dict[int, int] = {}
     place = ctx.place(spec, slot)
     try:
-        return await _run_agent(ctx, spec, place, tids, lat, marks, turns, concurrency, milestones)
+        return await _run_agent(
+            ctx, spec, place, tids, lat, marks, turns, concurrency, milestones, restore
+        )
     finally:
         await ctx.release(spec, place)
 
@@ -488,11 +546,12 @@ async def _run_agent(
     turns: int,
     concurrency: int,
     milestones: Sequence[int],
+    restore: bool,
 ) -> AgentRun:
     threads = len(tids)
     gc.collect()
     async with spec.open(ctx, place) as saver:
-        graph = build_graph(saver)
+        graph = build_graph(saver, spec.delta)
         gate = asyncio.Semaphore(concurrency)
 
         async def run_thread(i: int) -> None:
@@ -516,9 +575,40 @@ async def _run_agent(
         n = await count_checkpoints(ctx, spec, place, saver, tids)
         opened = spec.kind in ("memory", "redis")  # ours-redis names a thread's keys itself
         size = await stored_bytes(ctx, spec, place, saver, tids) if opened else None
+        if restore and spec.kind == "memory":  # its data lives in this object
+            restored = await time_restore(spec, lambda: _ready(saver), tids[0])
     if size is None:  # SQLite: after the saver closed its connection
         size = await stored_bytes(ctx, spec, place, saver, tids)
+    if restore and spec.kind != "memory":
+        restored = await time_restore(spec, lambda: spec.open(ctx, place), tids[0])
+    if restore:
+        return AgentRun(seconds, lat, n, size, marks, restored[1], restored[0])
     return AgentRun(seconds, lat, n, size, marks, states)
+
+
+RESTORE_REPS = 3  # fresh savers per restore measure
+GROWTH_SAMPLES = 30  # bytes measured after every n/30-th turn of the long thread
+
+
+async def time_restore(
+    spec: Spec, opener: Callable[[], contextlib.AbstractAsyncContextManager[Saver]], tid: str
+) -> tuple[float, dict[str, dict[str, Any]]]:
+    """Median seconds of the first `aget_state` of thread `tid` on RESTORE_REPS fresh savers
+    from `opener` (opening is not timed), and the state restored. In-memory savers hold their
+    data in the object itself: for them `opener` yields the same saver, under a fresh graph."""
+    seconds: list[float] = []
+    states: list[dict[str, Any]] = []
+    for _ in range(RESTORE_REPS):
+        gc.collect()
+        async with opener() as saver:
+            graph = build_graph(saver, spec.delta)
+            t0 = time.perf_counter()
+            snapshot = await graph.aget_state(thread_config(tid))
+            seconds.append(time.perf_counter() - t0)
+            states.append(normalize(snapshot.values))
+    if any(s != states[0] for s in states):
+        print(f"  (warning: {spec.label} restored thread {tid} differently on fresh savers)")
+    return statistics.median(seconds), {tid: states[0]}
 
 
 # -- direct reads: aget_tuple / alist on threads of 10 and 1,000 checkpoints -------------------
@@ -675,7 +765,7 @@ async def run_aput_vs_set(ctx: Ctx, specs: Sequence[Spec], reps: int) -> Json:
     aputs and the SETs one after the other (their order flips from batch to batch), after one
     batch of warm-up. Each SET writes a fresh key (as an aput adds keys); those keys are deleted,
     untimed, after each batch. The bare SETs go through the benchmark's own client (redis-py's
-    defaults)."""
+    defaults). Ours runs with writers="last_wins" here (`open_ours_redis_forking`)."""
     batches = max(1, math.ceil(reps / APUT_BATCH))
     t_aput = {s.label: 0.0 for s in specs}
     t_set = dict(t_aput)
@@ -685,7 +775,8 @@ async def run_aput_vs_set(ctx: Ctx, specs: Sequence[Spec], reps: int) -> Json:
         for spec in specs:
             place = ctx.place(spec, "aput")
             stack.push_async_callback(ctx.release, spec, place)
-            savers[spec.label] = await stack.enter_async_context(spec.open(ctx, place))
+            opener = open_ours_redis_forking if spec.label == OURS_REDIS else spec.open
+            savers[spec.label] = await stack.enter_async_context(opener(ctx, place))
             plans[spec.label] = await aput_plan(savers[spec.label], (batches + 1) * APUT_BATCH)
         set_place = ctx.redis_place()
         stack.push_async_callback(redis_delete, ctx.redis, set_place)
@@ -794,9 +885,12 @@ def show_restore(what: str, checks: dict[str, bool], runs: dict[str, list[AgentR
 
 
 def restore_checks(args: argparse.Namespace, runs: dict[str, list[AgentRun]]) -> dict[str, bool]:
+    """Ours against the official savers, and each DeltaChannel run against its plain twin."""
+    have = {s.label for s in args.specs}
+    fidelity = [(d, p) for d, p in DELTA_OF.items() if d in have and p in have]
     return {
         f"{a} vs {b}": all(x.states == y.states for x, y in zip(runs[a], runs[b], strict=True))
-        for a, b in pairs(args.specs)
+        for a, b in [*pairs(args.specs), *fidelity]
     }
 
 
@@ -870,11 +964,13 @@ async def workload_long(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
     marks = sorted({max(1, round(n * i / 6)) for i in range(1, 7)})
     thirds = [max(1, round(n * i / 6)) for i in (2, 4, 6)]  # turns n/3, 2n/3, n: among the marks
     early, late = (6, 15), (max(1, n - 9), n)
+    step = max(1, n // GROWTH_SAMPLES)
+    sampled = sorted({*marks, *range(step, n + 1, step)})
     print(f"== 2. one thread of {n} turns (concurrency 1), {args.long_rounds} round(s) ==")
     runs: dict[str, list[AgentRun]] = {s.label: [] for s in args.specs}
     for r in range(args.long_rounds):
         for spec in args.specs:
-            run = await run_agent(ctx, spec, f"long-r{r}", 1, n, 1, marks)
+            run = await run_agent(ctx, spec, f"long-r{r}", 1, n, 1, sampled, restore=True)
             runs[spec.label].append(run)
             print(f"  round {r + 1} {spec.label:<19} {run.seconds:7.2f} s")
     res: Json = {}
@@ -894,16 +990,21 @@ async def workload_long(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
             "latency_early_ms": e,
             "latency_late_ms": lt,
             "latency_growth": lt / e,
+            "restore_ms": 1000 * statistics.median(run.restore_s or 0.0 for run in rs),
+            "growth": {"turns": sampled, "bytes": [rs[-1].milestones[t] for t in sampled],
+                       "turn_ms": [1000 * lat[t - 1] for t in sampled]},
         }
     print(f"\n  MB stored after turn N ({bytes_note(args.specs)}); exponent = log-log slope of "
           f"bytes from turn {marks[1]} to {marks[-1]} (1 linear, 2 quadratic); latency = mean ms per "
           f"turn over turns {early[0]}-{early[1]} and {late[0]}-{late[1]} of each turn's median "
-          "over rounds")
+          f"over rounds; restore = ms of the first aget_state of the thread on a fresh saver "
+          f"(in-memory: the same saver, a fresh graph), median of {RESTORE_REPS} savers x rounds")
     table(
         ["saver", "ckpts", *(f"@{m}" for m in marks), "exponent", f"ms@{early[1]}", f"ms@{late[1]}",
-         "growth"],
+         "growth", "restore ms"],
         [[k, v["checkpoints"], *(mb(v["bytes_after_turn"][m]) for m in marks),
-          v["bytes_growth_exponent"], v["latency_early_ms"], v["latency_late_ms"], v["latency_growth"]]
+          v["bytes_growth_exponent"], v["latency_early_ms"], v["latency_late_ms"], v["latency_growth"],
+          v["restore_ms"]]
          for k, v in res.items()],
     )
     table(
@@ -920,7 +1021,10 @@ async def workload_long(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
 async def workload_reads(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
     big = args.checkpoints
     print(f"== 3. aget_tuple / alist on threads of 10 and {big} checkpoints (written with aput) ==")
-    res = await run_reads(ctx, args.specs, big, rounds=3)
+    specs = [s for s in args.specs if not s.delta]  # direct aput/aget_tuple: no graph, no channel
+    if not specs:
+        return
+    res = await run_reads(ctx, specs, big, rounds=3)
     print("  mean per call, median of 3 interleaved rounds: get = aget_tuple of the latest "
           f"checkpoint (5 alternating batches of >= 60 calls and >= 20 ms on each thread per round); "
           f"alist on the {big}-checkpoint thread")
@@ -934,13 +1038,13 @@ async def workload_reads(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
     table(
         ["ours / official", "get@10", f"get@{big}", "alist(limit=10)", f"alist all {big}"],
         [[f"{a} / {b}", *(ratio(res[a][m], res[b][m]) for m in metrics)]
-         for a, b in pairs(args.specs)],
+         for a, b in pairs(specs)],
     )
     out["reads"] = {"checkpoints": big, "savers": res}
 
 
 async def workload_aput(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
-    specs = [s for s in args.specs if s.kind == "redis"]
+    specs = [s for s in args.specs if s.kind == "redis" and not s.delta]
     if not specs:
         return
     print(f"== 4. Redis: aput against a bare SET of the same bytes, {APUT_BATCH} x "
@@ -1060,6 +1164,51 @@ def goal_rows(g: Goals, out: Json) -> list[list[Any]]:
     return rows
 
 
+def delta_summary(out: Json) -> None:
+    """The DeltaChannel columns: every saver of the run side by side, then ours against the
+    official savers on the DeltaChannel graph."""
+    growth, thru, restore = out["growth"], out["throughput"], out["restore_ms"]
+    long = out.get("long", {}).get("savers", {})
+    if not any(DELTA_OF.get(label) for label in out["savers"]) or not (growth or thru):
+        return
+    n = out.get("long", {}).get("turns")
+    print(f"== DeltaChannel: the official savers on the agent graph whose messages are a "
+          f"DeltaChannel (-delta) beside the plain graph ({n}-turn thread; ckpt/s of workload 1) ==")
+    rows = [[label, mb(growth[label]["bytes"][-1]) if label in growth else None,
+             long.get(label, {}).get("bytes_growth_exponent"),
+             long.get(label, {}).get("bytes_growth_thirds"),
+             thru.get(label, {}).get("1"), thru.get(label, {}).get("16"),
+             long.get(label, {}).get("latency_late_ms"), restore.get(label)]
+            for label in out["savers"]]
+    table(["saver", "MB stored", "exponent", "thirds", "ckpt/s c1", "ckpt/s c16", "ms/turn end",
+           "restore ms"], rows)
+    by = {r[0]: r for r in rows}
+    ratios = [[f"{a} / {b}", *(ratio(by[a][i], by[b][i]) for i in range(1, 8) if i not in (2, 3))]
+              for pairs_ in DELTA_VS.values() for a, b in pairs_ if a in by and b in by]
+    if ratios:
+        table(["ours / official-delta", "bytes", "ckpt/s c1", "ckpt/s c16", "ms/turn end",
+               "restore ms"], ratios)
+
+
+def figures(out: Json, command: Sequence[str]) -> None:
+    """The figures other tools read (`--json`): growth, throughput and restore time per saver."""
+    long = out.get("long", {}).get("savers", {})
+    out.update(
+        benchmark="backends",
+        command=" ".join(command),
+        machine={"cpus": os.cpu_count() or 0, "python": platform.python_version(),
+                 "platform": platform.platform()},
+        versions={"langgraph": langgraph_version, "langgraph-ckpt-ext":
+                  importlib.metadata.version("langgraph-ckpt-ext"), **versions()},
+        growth={label: v["growth"] for label, v in long.items()},
+        throughput={},
+        restore_ms={label: v["restore_ms"] for label, v in long.items()},
+    )
+    for key, res in out.get("agent", {}).items():
+        for label, v in res["savers"].items():
+            out["throughput"].setdefault(label, {})[key[1:]] = v["checkpoints_per_s"]
+
+
 def summary(out: Json) -> None:
     for g in GOALS:
         rows = goal_rows(g, out)
@@ -1104,6 +1253,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dir", type=Path, help="directory for the database files (default: a temp dir)")
     p.add_argument("--json", type=Path, help="also write every number to this JSON file")
     args = p.parse_args(argv)
+    args.command = [sys.argv[0], *(sys.argv[1:] if argv is None else argv)]
     quick = args.quick
     args.threads = args.threads or (4 if quick else 20)
     args.turns = args.turns or (5 if quick else 30)
@@ -1151,7 +1301,7 @@ async def connect_redis(ctx: Ctx, out: Json) -> None:
 async def main_async(args: argparse.Namespace, ctx: Ctx) -> Json:
     out: Json = {
         "args": {k: v for k, v in vars(args).items()
-                 if k not in ("specs", "workloads", "json", "dir", "dsn", "redis_url")},
+                 if k not in ("specs", "workloads", "json", "dir", "dsn", "redis_url", "command")},
         "savers": [s.label for s in args.specs],
         "env": {"python": platform.python_version(), "langgraph": langgraph_version,
                 "sqlite": sqlite3.sqlite_version, "cpus": os.cpu_count(), **versions()},
@@ -1183,7 +1333,9 @@ async def main_async(args: argparse.Namespace, ctx: Ctx) -> Json:
             await workload_aput(args, ctx, out)
     finally:
         await ctx.close()
+    figures(out, args.command)
     summary(out)
+    delta_summary(out)
     out["seconds_total"] = time.perf_counter() - started
     print(f"total time {out['seconds_total']:.0f} s")
     return out
