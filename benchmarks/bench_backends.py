@@ -991,8 +991,11 @@ async def workload_long(args: argparse.Namespace, ctx: Ctx, out: Json) -> None:
             "latency_late_ms": lt,
             "latency_growth": lt / e,
             "restore_ms": 1000 * statistics.median(run.restore_s or 0.0 for run in rs),
+            # turn_ms[i]: median latency of the turns after the previous sample up to turns[i]
+            # (one turn alone is too noisy to draw on a shared machine)
             "growth": {"turns": sampled, "bytes": [rs[-1].milestones[t] for t in sampled],
-                       "turn_ms": [1000 * lat[t - 1] for t in sampled]},
+                       "turn_ms": [1000 * statistics.median(lat[a:t]) for a, t in
+                                   zip([0, *sampled[:-1]], sampled, strict=True)]},
         }
     print(f"\n  MB stored after turn N ({bytes_note(args.specs)}); exponent = log-log slope of "
           f"bytes from turn {marks[1]} to {marks[-1]} (1 linear, 2 quadratic); latency = mean ms per "

@@ -134,9 +134,10 @@ def draw_latency(backends: Json, outdir: Path) -> list[Path]:
     for ax in panels.values():
         ax.set_ylim(bottom=0)
         ax.set_xlabel("turn number")
-        ax.set_ylabel("latency of the turn, ms")
+        ax.set_ylabel("turn latency, ms")
         ax.legend(loc="upper left", fontsize=8)
-    fig.suptitle("Latency of each turn along one long thread", fontsize=10)
+    fig.suptitle("Latency of a turn along one long thread (median of the turns between two points)",
+                 fontsize=10)
     return save(fig, outdir, "turn_latency")
 
 

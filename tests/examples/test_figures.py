@@ -1,83 +1,21 @@
-"""benchmarks/figures.py at its smoke size draws every picture, as valid PNG and SVG, and keeps
-the JSON it drew them from.
-
-The smart and lag runs are real (figures.py runs them). The backends file is written here, in
-bench_backends.py's `--json` shape, from a small real measurement of ours-sqlite and
-official-sqlite (the agent graph, one thread of a few turns, then turns at concurrency 1 and 16).
-"""
+"""benchmarks/figures.py at its smoke size runs the benchmarks for real (bench_backends on SQLite
+with the DeltaChannel savers, bench_smart, bench_replica_lag), draws every picture as valid PNG
+and SVG, and keeps the JSON it drew them from, in the shape other tools read."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
-
-from langchain_core.messages import HumanMessage
-from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
-from langgraph_ckpt_ext import SQLiteCheckpointer
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
-from bench_backends import build_graph, sqlite_bytes, text  # noqa: E402
 from draw import slope  # noqa: E402
 
 PICTURES = ("storage_growth", "turn_latency", "throughput", "smart_round_trips", "replica_lag")
-TURNS = 6
-
-
-async def turn(graph: Any, tid: str, k: int) -> float:
-    human = HumanMessage(content=text(f"question {tid}/{k}"), id=f"{tid}/{k}:human")
-    t = time.perf_counter()
-    await graph.ainvoke({"messages": [human]}, {"configurable": {"thread_id": tid}})
-    return 1000 * (time.perf_counter() - t)
-
-
-async def measure(saver: Any, path: Path) -> tuple[dict[str, Any], dict[str, float]]:
-    graph = build_graph(saver)
-    growth: dict[str, list[Any]] = {"turns": [], "bytes": [], "turn_ms": []}
-    for k in range(1, TURNS + 1):
-        growth["turn_ms"].append(await turn(graph, "long", k))
-        growth["turns"].append(k)
-        growth["bytes"].append(sqlite_bytes(path))
-    throughput = {}
-    for level in (1, 16):
-        tids = [f"c{level}-{i}" for i in range(level)]
-        t = time.perf_counter()
-        if level == 1:
-            await turn(graph, tids[0], 0)
-        else:
-            await asyncio.gather(*(turn(graph, tid, 0) for tid in tids))
-        seconds = time.perf_counter() - t
-        stored = 0
-        for tid in tids:
-            stored += len([c async for c in saver.alist({"configurable": {"thread_id": tid}})])
-        throughput[str(level)] = stored / seconds
-    return growth, throughput
-
-
-async def backends_file(tmp: Path) -> dict[str, Any]:
-    ours_path, official_path = tmp / "ours.db", tmp / "official.db"
-    ours = SQLiteCheckpointer(ours_path)
-    try:
-        ours_growth, ours_rate = await measure(ours, ours_path)
-    finally:
-        await ours.aclose()
-    async with AsyncSqliteSaver.from_conn_string(str(official_path)) as official:
-        official_growth, official_rate = await measure(official, official_path)
-    return {
-        "benchmark": "backends", "command": "tests/examples/test_figures.py",
-        "machine": {"cpus": 1, "python": sys.version.split()[0], "platform": sys.platform},
-        "versions": {}, "savers": ["ours-sqlite", "official-sqlite"],
-        "growth": {"ours-sqlite": ours_growth, "official-sqlite": official_growth},
-        "throughput": {"ours-sqlite": ours_rate, "official-sqlite": official_rate},
-        "restore_ms": {},
-    }
+DELTA = ("official-memory-delta", "official-sqlite-delta", "ours-sqlite-delta")
 
 
 def test_slope_of_linear_and_quadratic_growth() -> None:
@@ -92,15 +30,17 @@ def test_slope_of_linear_and_quadratic_growth() -> None:
 def test_figures_quick(tmp_path: Path) -> None:
     out = tmp_path / "img"
     data = out / "data"
-    data.mkdir(parents=True)
-    backends = asyncio.run(backends_file(tmp_path))
-    (data / "backends-sqlite.json").write_text(json.dumps(backends))
     done = subprocess.run(
-        [sys.executable, str(BENCH / "figures.py"), "--quick", "--only", "smart,lag",
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
+        [sys.executable, str(BENCH / "figures.py"), "--quick", "--only",
+         "backends-sqlite,smart,lag", "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    printed = done.stdout
+    assert done.returncode == 0, printed + done.stderr
+    # bench_backends' restore checks: ours against official, each DeltaChannel run against its
+    # plain twin.
+    assert "MISMATCH" not in printed and "official-sqlite-delta vs official-sqlite: OK" in printed
+    assert "== DeltaChannel" in printed
     for name in PICTURES:
         png = (out / f"{name}.png").read_bytes()
         assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 10_000, name
@@ -115,6 +55,21 @@ def test_figures_quick(tmp_path: Path) -> None:
         # The wrapper saves less often than the bare backend under every policy.
         bare = run["variants"]["bare"]["calls_per_turn"]
         assert all(v["calls_per_turn"] < bare for k, v in run["variants"].items() if k != "bare")
+    backends = files["backends-sqlite.json"]
+    assert backends["benchmark"] == "backends" and "--json" in backends["command"]
+    machine = backends["machine"]
+    assert isinstance(machine["cpus"], int) and machine["python"] and machine["platform"]
+    assert backends["versions"]["langgraph"]
+    savers = backends["savers"]
+    assert set(DELTA) <= set(savers) and "official-postgres-delta" not in savers
+    for saver in savers:
+        growth = backends["growth"][saver]
+        assert len(growth["turns"]) == len(growth["bytes"]) == len(growth["turn_ms"]) == 15
+        assert growth["turns"] == sorted(growth["turns"]) and growth["turns"][-1] == 15
+        assert all(b > 0 for b in growth["bytes"]) and all(t > 0 for t in growth["turn_ms"])
+        assert set(backends["throughput"][saver]) == {"1", "16"}
+        assert all(v > 0 for v in backends["throughput"][saver].values())
+        assert backends["restore_ms"][saver] > 0
     lag = files["replica_lag.json"]
     assert lag["flushed"] and lag["caught_up"], lag["repair"]
     assert lag["kill_s"] < lag["restart_s"] <= (lag["caught_up_s"] or 0)
