@@ -222,16 +222,19 @@ async def checkpointer() -> AsyncIterator[BaseCheckpointSaver[Any]]:
         yield saver
 
 
-def _checkpointer_section(text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
+def _json_object(text: str, var: str) -> dict[str, Any]:
+    """The JSON object environment variable `var` holds."""
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise InvalidConfigError(f"{CHECKPOINTER_VAR} is not JSON: {exc}") from None
+        raise InvalidConfigError(f"{var} is not JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise InvalidConfigError(f"{CHECKPOINTER_VAR} must be a JSON object, not {text[:80]!r}")
+        raise InvalidConfigError(f"{var} must be a JSON object, not {text[:80]!r}")
     return value
+
+
+def _checkpointer_section(text: str | None) -> dict[str, Any]:
+    return _json_object(text, CHECKPOINTER_VAR) if text else {}
 
 
 def _thread_ttl(text: str | None) -> dict[str, Any] | None:
@@ -241,13 +244,7 @@ def _thread_ttl(text: str | None) -> dict[str, Any] | None:
         return None
     text = text.strip()
     if text.startswith("{"):
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise InvalidConfigError(f"{THREAD_TTL_VAR} is not JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise InvalidConfigError(f"{THREAD_TTL_VAR} must be minutes or a JSON object")
-        return value
+        return _json_object(text, THREAD_TTL_VAR)
     try:
         minutes = float(text)
     except ValueError:
