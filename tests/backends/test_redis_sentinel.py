@@ -109,18 +109,24 @@ CFG = {"configurable": {"thread_id": "t-1"}}
 async def run_through_failover(setup: SentinelSetup, cp: RedisCheckpointer
                                ) -> tuple[set[str], set[str], int, dict[str, Any]]:
     """`TURNS` turns, the master SIGKILLed during turn `KILL_AT`: (the checkpoints whose put
-    had returned before the kill, those there after the run, failed attempts, the state)."""
+    had returned before the kill, those there after the run, failed attempts, the state).
+    Prints the seconds from the kill to the end of that turn (not asserted)."""
     acked: set[str] = set()
+    killed: list[float] = []
 
     def during(n: int) -> None:
         if n == KILL_AT and setup.master.running:
             acked.update(t.config["configurable"]["checkpoint_id"] for t in cp.list(CFG))
             setup.kill_master()
+            killed.append(time.monotonic())
 
     graph = chat(during).compile(checkpointer=cp)
     failed = 0
     for i in range(1, TURNS + 1):
         failed += await turn(graph, CFG, f"m{i}")
+        if i == KILL_AT:
+            print(f"[sentinel] turn {i} finished {time.monotonic() - killed[0]:.2f} s after "
+                  "the master was killed")
     setup.wait_failover()
     values = (await graph.aget_state(CFG)).values
     texts = [m.content for m in values["messages"]]
@@ -224,3 +230,36 @@ async def test_plain_url_to_a_replica_says_read_only(sentinels: SentinelSetup) -
     with pytest.raises(StoreUnavailableError, match=r"read-only replica.*redis\+sentinel://"):
         async with RedisCheckpointer.from_conn_string(replica.url):
             pass
+
+
+async def test_held_replica_link_loses_acknowledged_turn_only_without_wait() -> None:
+    """The replica's link held (the master's bytes kept from it), a turn on each of two
+    checkpointers, the master killed and the link cut: the replica promoted lacks both turns;
+    without `wait_replicas` one was acknowledged, with it the put was refused."""
+    with redis_sentinel(replicas=1, held_link=True, failover_timeout_ms=60000) as setup:
+        async with RedisCheckpointer.from_conn_string(setup.url) as plain, \
+                RedisCheckpointer.from_conn_string(
+                    f"{setup.url}?wait_replicas=1&wait_timeout=0.3&key_prefix=waits") as waits:
+            graphs = [chat(lambda n: None).compile(checkpointer=cp) for cp in (plain, waits)]
+            for g in graphs:
+                await turn(g, CFG, "m1")
+            setup.links[0].hold()
+            await graphs[0].ainvoke({"messages": [human("m2")]}, CFG)
+            acked = [await ids(plain, CFG), await ids(waits, CFG)]
+            with pytest.raises(ReplicaAckError):
+                await graphs[1].ainvoke({"messages": [human("m2")]}, CFG)
+            setup.kill_master()
+            setup.links[0].cut()
+            setup.wait_failover()
+            after = [await ids(cp, CFG) for cp in (plain, waits)]
+            lost = [len(a - b) for a, b in zip(acked, after, strict=True)]
+            print(f"[sentinel] held link: acknowledged then lost: {lost[0]} without "
+                  f"wait_replicas, {lost[1]} with wait_replicas=1")
+            assert lost[0] >= 1 and lost[1] == 0
+            # both threads stand at turn 1 on the new master; without a replica left, only
+            # the checkpointer that waits for none goes on
+            assert [(await g.aget_state(CFG)).values["turns"] for g in graphs] == [1, 1]
+            await turn(graphs[0], CFG, "m2")
+            assert (await graphs[0].aget_state(CFG)).values["turns"] == 2
+            with pytest.raises(ReplicaAckError):
+                await graphs[1].ainvoke({"messages": [human("m2")]}, CFG)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -38,12 +40,62 @@ READY_TIMEOUT = 30.0
 """Seconds the setup gets to be ready: replicas in sync, every sentinel knowing the others."""
 
 
+class HeldLink:
+    """A TCP forwarder from a free loopback port to `target` (a replica's link to its master):
+    `hold()` stops passing the master's bytes on (they stay in this process, never reaching
+    the replica's socket), `cut()` drops them and closes every connection, for good."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self._listener = socket.create_server((HOST, 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._cut = False
+        self._socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def hold(self) -> None:
+        self._flowing.clear()
+
+    def cut(self) -> None:
+        self._cut = True
+        self._flowing.set()
+        for sock in [self._listener, *self._socks]:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self) -> None:
+        while not self._cut:
+            try:
+                down, _ = self._listener.accept()
+                up = socket.create_connection((HOST, self.target), timeout=2)
+                up.settimeout(None)
+            except OSError:
+                continue
+            self._socks += [down, up]
+            for src, dst, held in ((up, down, True), (down, up, False)):
+                threading.Thread(target=self._pump, args=(src, dst, held), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, held: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if held:
+                    self._flowing.wait()
+                if self._cut:
+                    return
+                dst.sendall(data)
+
+
 class SentinelServer(RedisServer):
     """A `redis-server <conf> --sentinel` process watching `SERVICE` at `master_port`."""
 
-    def __init__(self, port: int, directory: Path, master_port: int) -> None:
+    def __init__(self, port: int, directory: Path, master_port: int,
+                 failover_timeout_ms: int = FAILOVER_TIMEOUT_MS) -> None:
         super().__init__(port, directory)
         self.master_port = master_port
+        self.failover_timeout_ms = failover_timeout_ms
         self.conf = directory / "sentinel.conf"
 
     def command(self) -> list[str]:
@@ -52,7 +104,7 @@ class SentinelServer(RedisServer):
                 f"port {self.port}\nbind {HOST}\ndir {self.dir}\ndaemonize no\n"
                 f"sentinel monitor {SERVICE} {HOST} {self.master_port} 2\n"
                 f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
-                f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
+                f"sentinel failover-timeout {SERVICE} {self.failover_timeout_ms}\n"
                 f"sentinel parallel-syncs {SERVICE} 1\n")
         return [_executable("redis-server"), str(self.conf), "--sentinel"]
 
@@ -75,6 +127,8 @@ class SentinelSetup:
     replicas: list[RedisServer]
     sentinels: list[SentinelServer] = field(default_factory=list)
     paused: set[RedisServer] = field(default_factory=set)
+    links: list[HeldLink] = field(default_factory=list)
+    """The first replica's link to the master, when started with `held_link`."""
 
     @property
     def url(self) -> str:
@@ -152,11 +206,12 @@ def _ready(setup: SentinelSetup) -> bool:
     return True
 
 
-def _spawn_sentinel(master_port: int, dirs: list[Path]) -> SentinelServer:
+def _spawn_sentinel(master_port: int, dirs: list[Path], failover_timeout_ms: int
+                    ) -> SentinelServer:
     for attempt in range(1, PORT_ATTEMPTS + 1):
         directory = Path(tempfile.mkdtemp(prefix="redis-sentinel-"))
         dirs.append(directory)
-        server = SentinelServer(free_port(), directory, master_port)
+        server = SentinelServer(free_port(), directory, master_port, failover_timeout_ms)
         try:
             server.start()
         except PortInUseError:
@@ -168,23 +223,30 @@ def _spawn_sentinel(master_port: int, dirs: list[Path]) -> SentinelServer:
 
 
 @contextlib.contextmanager
-def redis_sentinel(replicas: int = 1, sentinels: int = 3,
-                   master_args: Sequence[str] = ()) -> Iterator[SentinelSetup]:
+def redis_sentinel(replicas: int = 1, sentinels: int = 3, master_args: Sequence[str] = (),
+                   *, held_link: bool = False,
+                   failover_timeout_ms: int = FAILOVER_TIMEOUT_MS) -> Iterator[SentinelSetup]:
     """Run a master with `replicas` replicas and `sentinels` sentinels for the block; it
     starts once the replicas are in sync and every sentinel knows the others and the
-    replicas."""
+    replicas. With `held_link`, the first replica reaches the master through a `HeldLink`
+    (`setup.links[0]`); give it a long `failover_timeout_ms` then, or the sentinels point
+    the replica at the master directly once that timeout has passed (`+fix-slave-config`)."""
     dirs: list[Path] = []
     started: list[RedisServer] = []
     try:
         master = _spawn(master_args, cluster=False, dirs=dirs)
         started.append(master)
         setup = SentinelSetup(master, [])
-        for _ in range(replicas):
-            replica = _spawn(("--replicaof", HOST, str(master.port)), cluster=False, dirs=dirs)
+        for i in range(replicas):
+            port = master.port
+            if held_link and i == 0:
+                setup.links.append(HeldLink(master.port))
+                port = setup.links[0].port
+            replica = _spawn(("--replicaof", HOST, str(port)), cluster=False, dirs=dirs)
             started.append(replica)
             setup.replicas.append(replica)
         for _ in range(sentinels):
-            sentinel = _spawn_sentinel(master.port, dirs)
+            sentinel = _spawn_sentinel(master.port, dirs, failover_timeout_ms)
             started.append(sentinel)
             setup.sentinels.append(sentinel)
         deadline = time.monotonic() + READY_TIMEOUT
@@ -194,6 +256,8 @@ def redis_sentinel(replicas: int = 1, sentinels: int = 3,
             time.sleep(0.1)
         yield setup
     finally:
+        for link in setup.links if started else ():
+            link.cut()
         for server in started:
             with contextlib.suppress(Exception):
                 if server.running:
