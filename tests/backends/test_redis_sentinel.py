@@ -27,6 +27,7 @@ from langgraph_ckpt_ext.core.errors import InvalidConfigError
 from langgraph_ckpt_ext.core.urls import parse_sentinel, parse_url
 from tests.support.graphs import human
 from tests.support.redis_sentinel import SERVICE, SentinelSetup, redis_sentinel
+from tests.support.savers import redis_cluster_url, redis_prefix
 
 pytestmark = pytest.mark.redis
 
@@ -199,11 +200,14 @@ async def test_paused_replica_put_refused_with_wait_acknowledged_without(
             await graphs[0].ainvoke({"messages": [human("m2")]}, CFG)
             with pytest.raises(ReplicaAckError, match="0 of the 1 replicas"):
                 await graphs[1].ainvoke({"messages": [human("m2")]}, CFG)
+            with pytest.raises(ReplicaAckError):  # a delete waits for its replicas too
+                await waits.adelete_thread("t-1")
         finally:
             sentinels.resume(replica)
-        # once the replica is back, the turn retried like an app would goes through
+        assert await waits.aget_tuple(CFG) is None  # the delete itself was done on the master
+        # once the replica is back, a turn goes through (on the thread anew: it was deleted)
         assert await turn(graphs[1], CFG, "m2") >= 0
-        assert (await graphs[1].aget_state(CFG)).values["turns"] == 2
+        assert (await graphs[1].aget_state(CFG)).values["turns"] == 1
 
 
 def test_sentinel_urls_parse() -> None:
@@ -263,3 +267,20 @@ async def test_held_replica_link_loses_acknowledged_turn_only_without_wait() -> 
             assert (await graphs[0].aget_state(CFG)).values["turns"] == 2
             with pytest.raises(ReplicaAckError):
                 await graphs[1].ainvoke({"messages": [human("m2")]}, CFG)
+
+
+def test_wait_replicas_checked() -> None:
+    for bad in ({"wait_replicas": -1}, {"wait_replicas": 1.5}, {"wait_timeout": 0},
+                {"wait_timeout": float("inf")}):
+        with pytest.raises(InvalidConfigError):
+            RedisCheckpointer("redis://127.0.0.1:1/0", setup=False, **bad)
+
+
+def test_wait_replicas_refused_on_cluster() -> None:
+    cp = RedisCheckpointer(redis_cluster_url(), wait_replicas=1, setup=False,
+                           key_prefix=redis_prefix())
+    try:
+        with pytest.raises(InvalidConfigError, match="not supported on Redis Cluster"):
+            cp.setup()
+    finally:
+        cp.close()
