@@ -366,11 +366,11 @@ def parse_sentinel(url: str) -> SentinelURL:
     base, _, query = url.partition("?")
     query = query.partition("#")[0]
     rest = base.partition("://")[2]
-    parts = _credentials(url)
+    parts = _credentials(base)
     user = password = None
-    if parts is not None and parts[2].startswith("@") and len(parts[0]) + len(parts[1]) < len(base):
-        creds, rest = parts[1], base[len(parts[0]) + len(parts[1]) + 1:]
-        name, colon, secret = creds.partition(":")
+    if parts is not None:
+        rest = parts[2][1:]
+        name, colon, secret = parts[1].partition(":")
         user, password = unquote(name) or None, unquote(secret) if colon else None
     hosts, _, path = rest.partition("/")
     service, _, db = path.strip("/").partition("/")

@@ -222,6 +222,9 @@ def test_sentinel_urls_parse() -> None:
     assert (where.service, where.db, where.username, where.password) == ("cache", 2, "app",
                                                                            "s@cret")
     assert dict(where.query) == {"socket_timeout": "1", "sentinel_password": "pw"}
+    at_in_query = parse_sentinel("redis+sentinel://h/m?sentinel_password=a@b")
+    assert (at_in_query.sentinels, at_in_query.username, at_in_query.password) == (
+        (("h", 26379),), None, None)
     for bad in ("redis+sentinel://h:1/", "redis+sentinel://h:x/m", "redis+sentinel://h/m/x",
                 "redis+sentinel://h/m?nope=1", "redis://h/0?sentinel_password=x",
                 "redis+sentinel://h/m?wait_replicas=-1"):

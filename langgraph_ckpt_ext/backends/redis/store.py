@@ -1374,7 +1374,6 @@ def _clone(client: Client) -> Client:
     )
 
 
-
 def _clone_sentinel(pool: SentinelConnectionPool) -> Client:
     """A new master client asking new clients of the same sentinels (for another loop)."""
     manager = pool.sentinel_manager
