@@ -21,7 +21,8 @@ def connect(url: str, **options: Any) -> Checkpointer:
     `memory://` gives an `InMemoryCheckpointer`; `sqlite:///relative.db`,
     `sqlite:////absolute/path.db` and `sqlite://` (in memory) a `SQLiteCheckpointer`;
     `postgresql://...` a `PostgresCheckpointer`; `redis://...` (or `rediss://`) a
-    `RedisCheckpointer`, standalone or Cluster.
+    `RedisCheckpointer`, standalone or Cluster
+    (`redis+sentinel://host:26379,host:26380/service/0`: on the master the sentinels name).
 
     Query options (each also a keyword option of the checkpointer; one given both ways is
     refused):
@@ -31,8 +32,10 @@ def connect(url: str, **options: Any) -> Checkpointer:
     - PostgreSQL: `schema` (where the tables live), `min_size` and `max_size` (the pool);
       every other parameter goes to asyncpg (`sslmode`, `target_session_attrs`, ...; one it
       does not know becomes a server setting, e.g. `application_name`).
-    - Redis: `key_prefix`, `ttl` (seconds); every other parameter must be one redis-py takes
-      (`socket_timeout`, `health_check_interval`, ...).
+    - Redis: `key_prefix`, `ttl` (seconds), `wait_replicas` and `wait_timeout` (seconds);
+      every other parameter must be one redis-py takes (`socket_timeout`,
+      `health_check_interval`, ...); a sentinel URL also takes `sentinel_username` and
+      `sentinel_password` (the sentinels' own credentials).
 
     Raises `InvalidConfigError` (the URL shown without its password) for a URL of another
     form, a `sqlite://host/...` URL (it names the right form), or an unknown option (by

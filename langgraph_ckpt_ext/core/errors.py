@@ -61,6 +61,11 @@ class StoreUnavailableError(CheckpointerError, ConnectionError):
     """The database server could not be reached after retrying; nothing was half-written."""
 
 
+class ReplicaAckError(StoreUnavailableError):
+    """Fewer replicas than `wait_replicas` acknowledged a write in time: the write is on the
+    master, and may be lost if the master fails before a replica copies it."""
+
+
 class StoreBusyError(CheckpointerError):
     """A maintenance operation (prune, delete, GC) found the thread being written the whole
     time it tried: nothing was changed; retry later."""

@@ -19,11 +19,19 @@ from urllib.parse import quote, unquote, unquote_plus, urlsplit
 from .errors import InvalidConfigError
 
 BACKENDS = {"memory": "memory", "sqlite": "sqlite", "postgres": "postgres",
-            "postgresql": "postgres", "redis": "redis", "rediss": "redis"}
+            "postgresql": "postgres", "redis": "redis", "rediss": "redis",
+            "redis+sentinel": "redis"}
 """URL scheme -> backend."""
 
 FORMS = ("memory://, sqlite:///relative/path.db, sqlite:////absolute/path.db, "
-         "postgresql://user@host:5432/db or redis://host:6379/0")
+         "postgresql://user@host:5432/db, redis://host:6379/0 or "
+         "redis+sentinel://host:26379,host:26380/service/0")
+
+SENTINEL = "redis+sentinel"
+SENTINEL_PORT = 26379
+SENTINEL_OPTIONS = ("sentinel_username", "sentinel_password")
+"""Query options of a `redis+sentinel://` URL for the sentinels themselves (left in the
+target: the driver side reads them with `parse_sentinel`)."""
 
 ENCODE = ("percent-encode '#', '/', '?' and '@' in the password (%23, %2F, %3F, %40)")
 
@@ -128,6 +136,9 @@ OPTIONS: dict[str, dict[str, tuple[_Convert, str]]] = {
     "redis": {
         "key_prefix": (_text, "the first part of every key"),
         "ttl": (lambda n, v: _seconds(n, v, zero=False), "seconds a thread lives"),
+        "wait_replicas": (_count, "replicas that must acknowledge each write (WAIT)"),
+        "wait_timeout": (lambda n, v: _seconds(n, v, zero=False),
+                         "seconds a write waits for those replicas"),
     },
 }
 """Per backend: the query options that are ours (taken out of the URL and given to the
@@ -222,9 +233,12 @@ def parse_url(url: str) -> ParsedURL:
         if base.rstrip("/") != "memory:":
             raise InvalidConfigError(f"{shown!r}: an in-memory checkpointer is memory://")
         return ParsedURL(scheme, backend, "", options, shown)
-    _check_netloc(url, shown)
+    if scheme.lower() == SENTINEL:
+        parse_sentinel(url)
+    else:
+        _check_netloc(url, shown)
     if backend == "redis":
-        _check_redis_options(pairs, shown)
+        _check_redis_options(pairs, shown, sentinel=scheme.lower() == SENTINEL)
     kept = [raw for name, _, raw in pairs if name not in options]
     target = base + ("?" + "&".join(kept) if kept else "") + ("#" + fragment if fragment else "")
     return ParsedURL(scheme, backend, target, options, shown)
@@ -298,11 +312,14 @@ def _check_netloc(url: str, shown: str) -> None:
                                  ) from None
 
 
-def _check_redis_options(pairs: list[tuple[str, str, str]], shown: str) -> None:
+def _check_redis_options(pairs: list[tuple[str, str, str]], shown: str, *, sentinel: bool
+                         ) -> None:
     """Refuse a query option redis-py would refuse only once it opens a connection."""
     known = _redis_driver_options()
     if known is None:  # redis-py not installed: `connect` says which pip install fixes it
         return
+    if sentinel:
+        known |= set(SENTINEL_OPTIONS)
     for name, _, _ in pairs:
         if name not in known and name not in OPTIONS["redis"]:
             raise InvalidConfigError(f"option {name!r} in {shown!r} is unknown: "
@@ -320,6 +337,63 @@ def _redis_driver_options() -> frozenset[str] | None:
                 connection.SSLConnection, connection.UnixDomainSocketConnection):
         names |= set(inspect.signature(cls.__init__).parameters)
     return frozenset(names - {"self", "args", "kwargs"})
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    """A `redis+sentinel://` URL, read (`parse_sentinel`).
+
+    Attributes:
+        sentinels: `(host, port)` of each sentinel, in the URL's order.
+        service: the name the sentinels monitor the master under.
+        db: the database number on the master.
+        username, password: the master's credentials (None: none).
+        query: the remaining query options, decoded (redis-py's, and `SENTINEL_OPTIONS`).
+    """
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int
+    username: str | None = field(repr=False)
+    password: str | None = field(repr=False)
+    query: tuple[tuple[str, str], ...] = field(repr=False)
+
+
+def parse_sentinel(url: str) -> SentinelURL:
+    """Read `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/service[/db]`
+    (port 26379 by default, db 0). Raises `InvalidConfigError` for a URL of another form."""
+    shown = redact(url)
+    base, _, query = url.partition("?")
+    query = query.partition("#")[0]
+    rest = base.partition("://")[2]
+    parts = _credentials(base)
+    user = password = None
+    if parts is not None:
+        rest = parts[2][1:]
+        name, colon, secret = parts[1].partition(":")
+        user, password = unquote(name) or None, unquote(secret) if colon else None
+    hosts, _, path = rest.partition("/")
+    service, _, db = path.strip("/").partition("/")
+    if not hosts or not service:
+        raise InvalidConfigError(f"{shown!r} names no sentinel or no service: write "
+                                 "redis+sentinel://host:26379,host:26380/service/0")
+    if not (db or "0").isdigit():
+        raise InvalidConfigError(f"the database of {shown!r} is no number: {db!r}")
+    return SentinelURL(tuple(_sentinel(h, shown) for h in hosts.split(",")), unquote(service),
+                       int(db or 0), user, password,
+                       tuple((n, v) for n, v, _ in _query(query, shown)))
+
+
+def _sentinel(where: str, shown: str) -> tuple[str, int]:
+    if where.startswith("["):  # an IPv6 address
+        host, _, port = where[1:].partition("]")
+        port = port.removeprefix(":")
+    else:
+        host, _, port = where.partition(":")
+    port = port or str(SENTINEL_PORT)
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidConfigError(f"sentinel {where!r} in {shown!r} is no host:port")
+    return host, int(port)
 
 
 # -- redaction ----------------------------------------------------------------------------------

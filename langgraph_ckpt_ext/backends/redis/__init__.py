@@ -22,7 +22,7 @@ from ..checkpointer import Checkpointer
 require("redis", "redis")
 
 from .layout import check_prefix  # noqa: E402
-from .store import Client, RedisStore  # noqa: E402
+from .store import DEFAULT_WAIT_TIMEOUT, Client, RedisStore  # noqa: E402
 
 __all__ = ["RedisCheckpointer"]
 
@@ -43,9 +43,12 @@ class RedisCheckpointer(Checkpointer):
     by `ttl`. `pin()` exempts a thread from both.
 
     Args:
-        conn: a URL (`redis://host:6379/0`, `rediss://...`) or a `redis.asyncio.Redis` /
+        conn: a URL (`redis://host:6379/0`, `rediss://...`, or
+            `redis+sentinel://host:26379,host:26380/service/0` for the master the sentinels
+            name, followed across failovers) or a `redis.asyncio.Redis` /
             `redis.asyncio.cluster.RedisCluster` client the caller owns (created with
-            `decode_responses=False`, the default; it stays open when the checkpointer closes).
+            `decode_responses=False`, the default; it stays open when the checkpointer closes),
+            such as `redis.asyncio.sentinel.Sentinel(...).master_for(service)`.
         ttl: seconds a thread lives after its last write: Redis expires its keys (None: no
             expiry).
         refresh_on_read: reading a thread (`get_tuple`, `list`) refreshes its TTL too.
@@ -88,6 +91,11 @@ class RedisCheckpointer(Checkpointer):
         audit_keys: seal the audit trail with HMAC-SHA256 under these keys (`KeyProvider`;
             separate from the encryption keys), so that it cannot be forged without them:
             see `StoreCheckpointer`, `verify`.
+        wait_replicas: after each write that changes checkpoints (put, put_writes, deletes),
+            wait for this many replicas to acknowledge it (Redis's `WAIT`, on the connection
+            that wrote); fewer in time raises `ReplicaAckError`, the write then being on the
+            master only (0: no wait; not with Cluster).
+        wait_timeout: seconds a write waits for those replicas (default 1).
         client_options: passed to `redis.asyncio.Redis.from_url` (or `RedisCluster.from_url`);
             `socket_connect_timeout` defaults to 5 s.
 
@@ -119,6 +127,8 @@ class RedisCheckpointer(Checkpointer):
         encryption: Encryption | None = None,
         compression: Compression | bool | None = None,
         audit_keys: KeyProvider | None = None,
+        wait_replicas: int = 0,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
         **client_options: Any,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -136,6 +146,8 @@ class RedisCheckpointer(Checkpointer):
             cluster=cluster,
             is_private_loop=lambda loop: loop is bridge.current_loop,
             client_options=client_options,
+            wait_replicas=wait_replicas,
+            wait_timeout=wait_timeout,
         )
         super().__init__(
             store, serde=serde, snapshot_every=snapshot_every,
@@ -156,8 +168,9 @@ class RedisCheckpointer(Checkpointer):
         exit: `with` for sync graph calls, `async with` for async ones.
 
         Args:
-            url: a `redis://` or `rediss://` URL, with our query options (`key_prefix`, `ttl`,
-                `writers`, `tombstone_ttl`; see `connect`) and redis-py's.
+            url: a `redis://`, `rediss://` or `redis+sentinel://` URL, with our query options
+                (`key_prefix`, `ttl`, `wait_replicas`, `wait_timeout`, `writers`,
+                `tombstone_ttl`; see `connect`) and redis-py's.
             kwargs: as for the constructor.
 
         Example:

@@ -20,14 +20,17 @@ from typing import Any
 import ormsgpack
 import redis.asyncio as aredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
+from redis.connection import URL_QUERY_ARGUMENT_PARSERS
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ...core.codec import writes_order
 from ...core.errors import (
     ConcurrentWriteError,
     InvalidConfigError,
+    ReplicaAckError,
     StoreUnavailableError,
     check_storage_version,
 )
@@ -47,6 +50,7 @@ from ...core.rows import (
     whole,
 )
 from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
+from ...core.urls import SENTINEL, SENTINEL_OPTIONS, SentinelURL, parse_sentinel
 from . import scripts
 from .layout import LAYOUT_VERSION, check_parts, guard_keys, thread_keys
 
@@ -72,7 +76,11 @@ _SWEEP_EVERY = 512  # writes between two steps of the thread-index sweep
 _SWEEP_STEP = 100  # index entries of each kind checked by one step
 _PIPELINED = 500  # index entries checked per pipeline by housekeeping
 _SEEN = 65536  # threads and runs this process remembers having indexed
-_LOST = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError)
+_LOST = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError, ReadOnlyError)
+# The scripts that change stored checkpoints: with `wait_replicas`, each is followed by WAIT.
+_DURABLE = frozenset({"PUT", "PUT_WRITES", "BATCH", "DELETE_THREAD", "DELETE_CHECKPOINTS",
+                      "LOAD", "REWRITE", "RESEAL", "EXPIRE"})
+DEFAULT_WAIT_TIMEOUT = 1.0  # seconds a write waits for its replicas' acknowledgement
 CONNECT_TIMEOUT = 5.0  # seconds, unless client_options say otherwise
 # The meta fields a lifecycle row is read from (`exp`, `pinned`, `gen`: a row of any age
 # has one of them, so a row with every field nil is no row).
@@ -295,6 +303,8 @@ class RedisStore:
         cluster: bool | None = None,
         is_private_loop: Callable[[asyncio.AbstractEventLoop], bool] = lambda _: False,
         client_options: dict[str, Any] | None = None,
+        wait_replicas: int = 0,
+        wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
     ) -> None:
         if url is None and client is None:
             raise InvalidConfigError("RedisStore needs a URL or a client")
@@ -302,6 +312,13 @@ class RedisStore:
             raise InvalidConfigError(f"ttl must be a positive number of seconds or None, not {ttl!r}")
         if client is not None:
             _check_client(client)
+        if not (isinstance(wait_replicas, int) and wait_replicas >= 0):
+            raise InvalidConfigError(f"wait_replicas must be an integer >= 0, not {wait_replicas!r}")
+        if not (isinstance(wait_timeout, int | float) and 0 < wait_timeout < math.inf):
+            raise InvalidConfigError(
+                f"wait_timeout must be a positive number of seconds, not {wait_timeout!r}")
+        self.wait_replicas = wait_replicas
+        self._wait_ms = max(1, int(wait_timeout * 1000))  # WAIT 0 would block for ever
         self.prefix = prefix
         self.ttl_ms = None if ttl is None else max(1, int(ttl * 1000))
         self.refresh_on_read = refresh_on_read
@@ -312,7 +329,7 @@ class RedisStore:
         # A host that drops packets would otherwise hold a connect (and the caller) for as long
         # as the OS retries SYNs, minutes; the caller's own value wins.
         self._options = {"socket_connect_timeout": CONNECT_TIMEOUT, **(client_options or {})}
-        self._clients: PerLoop[Client] = PerLoop(self._open, lambda c: c.aclose(), lambda c: None)
+        self._clients: PerLoop[Client] = PerLoop(self._open, _close, lambda c: None)
         self._threads_key = f"{prefix}:threads"
         self._runs_key = f"{prefix}:runs"
         self._layout_key = f"{prefix}:layout"
@@ -340,6 +357,8 @@ class RedisStore:
     async def _open(self) -> Client:
         if self._url is None:
             return _clone(self._given)
+        if self._url.lower().startswith(SENTINEL + "://"):
+            return _sentinel_client(parse_sentinel(self._url), self._options)
         if self._cluster is None:
             probe = aredis.Redis.from_url(self._url, **self._options)
             try:
@@ -348,6 +367,10 @@ class RedisStore:
                 await probe.aclose()
             self._cluster = bool(info.get("cluster_enabled"))
         if self._cluster:
+            if self.wait_replicas:
+                raise InvalidConfigError(
+                    "wait_replicas is not supported on Redis Cluster (WAIT names no key, so no "
+                    "node); use it with a standalone master or redis+sentinel://")
             return RedisCluster.from_url(self._url, **self._options)
         return aredis.Redis.from_url(self._url, **self._options)
 
@@ -364,9 +387,15 @@ class RedisStore:
             try:
                 return await op(await self._client())
             except _LOST as exc:
-                # The server may have restarted without its data: index entries remembered as
-                # added must be added again.
+                # The server may have restarted without its data (or a failover lost the last
+                # writes): index entries remembered as added must be added again.
                 self._seen.clear()
+                if attempt == _ATTEMPTS - 1 and isinstance(exc, ReadOnlyError):
+                    raise StoreUnavailableError(
+                        f"Redis refused a write as a read-only replica ({exc}): a failover may "
+                        "have demoted this server. Nothing was written; point the URL at the "
+                        "new master, or use redis+sentinel:// to follow failovers"
+                    ) from exc
                 if attempt == _ATTEMPTS - 1:
                     raise StoreUnavailableError(
                         f"Redis unreachable ({type(exc).__name__}: {exc}); tried {_ATTEMPTS} "
@@ -378,6 +407,8 @@ class RedisStore:
 
     async def _call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         script = _S[name]
+        if self.wait_replicas and name in _DURABLE:
+            return await self._acknowledged(name, script, keys, args)
 
         async def op(client: Client) -> Any:
             try:
@@ -386,6 +417,34 @@ class RedisStore:
                 return await client.eval(script.source, len(keys), *keys, *args)
 
         return await self._retrying(op)
+
+    async def _acknowledged(self, name: str, script: _Script, keys: Sequence[str],
+                            args: Sequence[Any]) -> Any:
+        """A write script, then WAIT on the same connection (one pipeline): its result once
+        `wait_replicas` replicas have acknowledged it; else `ReplicaAckError`."""
+
+        async def op(client: Client) -> tuple[Any, int]:
+            for command, ref in (("EVALSHA", script.sha), ("EVAL", script.source)):
+                pipe = client.pipeline(transaction=False)
+                pipe.execute_command(command, ref, len(keys), *keys, *args)
+                pipe.execute_command("WAIT", self.wait_replicas, self._wait_ms)
+                result, acks = await pipe.execute(raise_on_error=False)
+                if not isinstance(result, NoScriptError):  # a new master: EVAL caches it
+                    break
+            for found in (result, acks):
+                if isinstance(found, Exception):
+                    raise found
+            return result, int(acks)
+
+        result, acks = await self._retrying(op)
+        if acks < self.wait_replicas:
+            raise ReplicaAckError(
+                f"Redis ran the write ({name}) on the master, but {acks} of the "
+                f"{self.wait_replicas} replicas wanted acknowledged it within "
+                f"{self._wait_ms} ms: it is stored on the master and may be lost if the master "
+                "fails before a replica copies it. Retry it once the replicas are back (or "
+                "lower wait_replicas)")
+        return result
 
     async def _command(self, *args: Any) -> Any:
         return await self._retrying(lambda client: client.execute_command(*args))
@@ -1258,6 +1317,31 @@ def _event(entry: bytes) -> LifecycleEvent:
     return LifecycleEvent(float(at), _s(action), _s(thread), int(n), _s(reason))
 
 
+def _sentinel_client(url: SentinelURL, options: dict[str, Any]) -> Client:
+    """A client of the master the sentinels name (redis-py asks them again after a lost
+    connection or a READONLY answer, so it follows a failover); the sentinels get the socket
+    options and `sentinel_username` / `sentinel_password`."""
+    kwargs: dict[str, Any] = {}
+    for name, value in url.query:
+        parse: Any = URL_QUERY_ARGUMENT_PARSERS.get(name)
+        kwargs[name] = parse(value) if parse is not None and name not in SENTINEL_OPTIONS else value
+    kwargs.update(options)
+    own = {k: kwargs.pop(k) for k in SENTINEL_OPTIONS if k in kwargs}
+    sentinel_kwargs = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
+    sentinel_kwargs.update({k.removeprefix("sentinel_"): v for k, v in own.items()})
+    manager = Sentinel(list(url.sentinels), sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+    return manager.master_for(url.service, db=url.db, username=url.username,
+                              password=url.password, **kwargs)
+
+
+async def _close(client: Client) -> None:
+    """Close a client this store opened, and its sentinels' clients if it has them."""
+    await client.aclose()
+    pool = None if isinstance(client, RedisCluster) else client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        await pool.sentinel_manager.aclose()
+
+
 def _check_client(client: Client) -> None:
     kwargs = _connection_kwargs(client)
     if kwargs.get("decode_responses"):
@@ -1283,7 +1367,21 @@ def _clone(client: Client) -> Client:
         nodes = [ClusterNode(n.host, n.port) for n in client.get_nodes()]
         return RedisCluster(startup_nodes=nodes, **kwargs)
     pool = client.connection_pool
+    if isinstance(pool, SentinelConnectionPool):
+        return _clone_sentinel(pool)
     return aredis.Redis(
         connection_pool=type(pool)(connection_class=pool.connection_class, **pool.connection_kwargs)
     )
 
+
+def _clone_sentinel(pool: SentinelConnectionPool) -> Client:
+    """A new master client asking new clients of the same sentinels (for another loop)."""
+    manager = pool.sentinel_manager
+    where = [(s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"])
+             for s in manager.sentinels]
+    copy = Sentinel(  # type: ignore[no-untyped-call]
+        where, min_other_sentinels=manager.min_other_sentinels,
+        sentinel_kwargs=manager.sentinel_kwargs)
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k != "connection_pool"}
+    return copy.master_for(pool.service_name, connection_class=pool.connection_class,
+                           check_connection=pool.check_connection, **kwargs)
