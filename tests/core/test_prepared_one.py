@@ -1,6 +1,6 @@
-"""A prepared batch of one put or one `put_writes` (what a replicated write prepares on the
+"""A prepared batch of one put or one `put_writes` written `as_put` (a replicated write on the
 primary) is stored as `put` / `put_writes` store it: by the store's single-write methods, with
-the same one-writer check; a batch of several still goes as one batch."""
+the same one-writer check; without `as_put`, or with several ops, it goes as one batch."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def at(n: int) -> dict[str, Any]:
 
 
 def write_one(cp: Any, op: tuple[Any, ...]) -> None:
-    cp.write_prepared([cp.prepare_batch([op], portable=True)])
+    cp.write_prepared([cp.prepare_batch([op], portable=True)], as_put=True)
 
 
 def put_op(config: Any, n: int) -> tuple[Any, ...]:
@@ -77,9 +77,12 @@ def test_one_put_or_writes_goes_as_a_single_write(handle: SaverHandle) -> None:
     head = cp.get_tuple(ROOT)
     assert head is not None and head.checkpoint["id"] == str(uuid.UUID(int=2))
 
-    cp.write_prepared([cp.prepare_batch([put_op(at(2), 3), put_op(at(3), 4)], portable=True)])
+    cp.write_prepared([cp.prepare_batch([put_op(at(2), 3), put_op(at(3), 4)], portable=True)],
+                      as_put=True)
     assert calls["write_batch"] == 1  # several: still one batch
-    assert len(list(cp.list(ROOT))) == 4
+    cp.write_prepared([cp.prepare_batch([put_op(at(4), 5)])])
+    assert calls["write_batch"] == 2  # not `as_put` (a SmartCheckpointer's flush): a batch
+    assert len(list(cp.list(ROOT))) == 5
 
 
 def test_a_stale_single_put_is_refused_as_put_refuses_it(handle: SaverHandle) -> None:
