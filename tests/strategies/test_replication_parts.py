@@ -8,6 +8,9 @@ from __future__ import annotations
 import ast
 import asyncio
 import sqlite3
+import threading
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,8 @@ from langgraph_ckpt_ext.strategies.replication.failures import (
     foreign_unavailable,
     unavailable_at,
 )
+from langgraph_ckpt_ext.strategies.replication.queue import BATCH, Op
+from langgraph_ckpt_ext.strategies.replication.worker import Replica
 from tests.support.common import conf
 
 
@@ -164,3 +169,46 @@ def test_sync_calls_run_inline_even_inside_an_event_loop() -> None:
         cp.close()
         primary.close()
         replica.close()
+
+
+class _CountingCondition(threading.Condition):
+    """A condition that counts the `notify_all` calls made from the thread that built it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.owner, self.wakes = threading.get_ident(), 0
+
+    def notify_all(self) -> None:
+        if threading.get_ident() == self.owner:
+            self.wakes += 1
+        super().notify_all()
+
+
+def test_a_lingering_worker_is_woken_by_a_first_op_and_a_full_batch_only() -> None:
+    """Each queued op woke the worker, which then only lingered on: a thread switch per
+    write for the writer. Now a first op wakes it, and a full batch (applied at once, not
+    after the 30 s linger)."""
+    saver = InMemoryCheckpointer()
+    replica = Replica("r", saver, max_queue=1000, linger=30.0)
+    cond = replica.cond = _CountingCondition()
+    root = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+
+    def put(n: int) -> Op:
+        ck = empty_checkpoint()
+        ck["id"] = str(uuid.UUID(int=n))
+        return Op("put", (root, ck, {"source": "loop", "step": n}, {}), ("t",), time.monotonic())
+
+    try:
+        for n in range(1, 11):
+            replica.push(put(n), wait=5)
+        assert cond.wakes == 1  # the first; the worker lingers on it
+        for n in range(11, BATCH + 1):
+            replica.push(put(n), wait=5)
+        assert cond.wakes == 2  # the batch is full
+        with cond:
+            assert cond.wait_for(replica.drained, timeout=20)
+        assert len(list(saver.list(root))) == BATCH
+    finally:
+        replica.stop()
+        assert replica.thread is not None
+        replica.thread.join(5)

@@ -80,11 +80,11 @@ class _Deferred(BaseCheckpointSaver[Any]):
     async def aprepare_batch(self, ops: Any, *, portable: bool = False) -> Any:
         return await self._open().aprepare_batch(ops, portable=portable)
 
-    def write_prepared(self, batches: Any) -> None:
-        self._open().write_prepared(batches)
+    def write_prepared(self, batches: Any, *, as_put: bool = False) -> None:
+        self._open().write_prepared(batches, as_put=as_put)
 
-    async def awrite_prepared(self, batches: Any) -> None:
-        await self._open().awrite_prepared(batches)
+    async def awrite_prepared(self, batches: Any, *, as_put: bool = False) -> None:
+        await self._open().awrite_prepared(batches, as_put=as_put)
 
     def write_rows(self, items: Any, *, epoch: int | None = None) -> None:
         self._open().write_rows(items, epoch=epoch)

@@ -60,8 +60,15 @@ class Replica(Health):
             self.queue.append(Entry(op))
             for t in op.threads:
                 self.busy[t] += 1
-            self.cond.notify_all()
+            if self._wakes():
+                self.cond.notify_all()
         self.start()
+
+    def _wakes(self) -> bool:
+        """Whether an op just queued must wake the worker (under `cond`): it waits for a
+        first op, or lingers on the head until its time is up or a batch is full, or backs
+        off; a wake for any other op would only cost the writer's thread a switch."""
+        return len(self.queue) == 1 or len(self.queue) >= BATCH
 
     def _queued(self) -> int:
         return len(self.queue)

@@ -193,7 +193,8 @@ class Writer:
             batch = await either(sync, saver.prepare_batch, saver.aprepare_batch, [op],
                                  portable=True)
             assert batch is not None  # a portable batch of one op is always made
-            await either(sync, saver.write_prepared, saver.awrite_prepared, [batch])
+            await either(sync, saver.write_prepared, saver.awrite_prepared, [batch],
+                         as_put=True)  # one statement on PostgreSQL, as a bare put
             made.append(batch)
             epochs.append(getattr(s, "writer_epoch", None))
             return put_config(batch)
