@@ -10,10 +10,13 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypedDict
 
 import asyncpg
+import pytest
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_ckpt_ext import PostgresCheckpointer
 from langgraph_ckpt_ext.backends.postgres import replica_dsn
+from langgraph_ckpt_ext.core.errors import InvalidConfigError
+from langgraph_ckpt_ext.core.urls import parse_url
 from tests.support.pg_cluster import HOST, USER, PgCluster, pg_cluster
 
 STEPS = 8
@@ -49,6 +52,14 @@ async def first_of(wait: Awaitable[Any], run: asyncio.Task[Any]) -> None:
         waiting.cancel()
         run.result()
         raise AssertionError("the run ended before the point awaited")
+
+
+async def until(done: Callable[[], Awaitable[bool]], timeout: float = 20) -> None:
+    """Until `await done()` is true (asked every 10 ms), or fail after `timeout` seconds."""
+    async def wait() -> None:
+        while not await done():
+            await asyncio.sleep(0.01)
+    await asyncio.wait_for(wait(), timeout)
 
 
 def failover_url(cluster: PgCluster, **query: str) -> str:
@@ -155,8 +166,10 @@ async def test_writes_in_flight_land_once_or_fail_unavailable() -> None:
                     after += was_killed
 
             writers = [asyncio.create_task(writer(t)) for t in threads]
-            while sum(map(len, acked.values())) < len(threads):
-                await asyncio.sleep(0.01)
+            async def each_acked() -> bool:
+                return all(acked.values())
+
+            await until(each_acked)
             await asyncio.to_thread(primary.stop, "immediate")
             await asyncio.to_thread(standby.promote)
             killed.set()
@@ -190,8 +203,10 @@ async def test_read_replica_routing() -> None:
             assert await chain_of(cp, "t-r") == before  # the replica, paused behind
             assert len([s async for s in graph.aget_state_history(config)]) == len(before)
             await asyncio.to_thread(standby.psql, "SELECT pg_wal_replay_resume()")
-            while len(await chain_of(cp, "t-r")) == len(before):
-                await asyncio.sleep(0.01)  # the replica replays the update
+            async def replayed() -> bool:
+                return len(await chain_of(cp, "t-r")) > len(before)
+
+            await until(replayed)  # the replica replays the update
             assert await chain_of(cp, "t-r") == [*before, latest.checkpoint["id"]]
             # Caught up: the primary may go, reads of history and of the latest checkpoint
             # are the replica's.
@@ -224,6 +239,15 @@ async def test_put_retried_after_commit_is_stored_once() -> None:
             ids = await chain_of(cp, "t-once")
             assert ids == await rows_on(primary.dsn, "t-once")
             assert ids[-1] == head.checkpoint["id"] and len(ids) == STEPS + 2
+
+
+def test_multi_host_url_and_replicas_option() -> None:
+    parsed = parse_url("postgresql://app@h1:5432,h2:5433/db?target_session_attrs=read-write"
+                       "&read_replicas=h2:5433,h3:5434")
+    assert parsed.options == {"read_replicas": ["h2:5433", "h3:5434"]}
+    assert parsed.target == "postgresql://app@h1:5432,h2:5433/db?target_session_attrs=read-write"
+    with pytest.raises(InvalidConfigError, match="Port could not be cast"):
+        parse_url("postgresql://h1:5432,h2:x/db")
 
 
 def test_replica_dsn() -> None:

@@ -14,6 +14,7 @@ reconnection but not for durability claims (``synchronous_commit=remote_apply`` 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import pwd
@@ -33,6 +34,10 @@ USER = "postgres"
 START_TIMEOUT = 30
 
 
+_LIVE: set[PgNode] = set()
+"""Servers started and not stopped yet: stopped at interpreter exit if a test left any."""
+
+
 class PgClusterError(RuntimeError):
     """A server of the cluster could not be created, started or promoted."""
 
@@ -46,7 +51,7 @@ def _as_postgres(*args: str | Path, timeout: float = 60) -> str:
     return done.stdout
 
 
-@dataclass
+@dataclass(eq=False)
 class PgNode:
     """One server: its data directory and port; `dsn` for clients."""
 
@@ -74,12 +79,14 @@ class PgNode:
         _as_postgres(BIN / "pg_ctl", "start", "-w", "-t", str(START_TIMEOUT), "-D",
                      self.datadir, "-l", self.root / f"{self.name}.log")
         self.running = True
+        _LIVE.add(self)
 
     def stop(self, mode: str = "immediate") -> None:
         """`pg_ctl stop -m mode`: `immediate` is a crash (no shutdown checkpoint, clients cut)."""
         if self.running:
             _as_postgres(BIN / "pg_ctl", "stop", "-w", "-m", mode, "-D", self.datadir)
             self.running = False
+            _LIVE.discard(self)
 
     def reload(self) -> None:
         _as_postgres(BIN / "pg_ctl", "reload", "-D", self.datadir)
@@ -164,3 +171,10 @@ def pg_cluster(*, fsync: bool = True) -> Iterator[PgCluster]:
     finally:
         cluster.close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@atexit.register
+def _stop_left_over() -> None:
+    for node in list(_LIVE):
+        with contextlib.suppress(Exception):
+            node.stop()
