@@ -29,9 +29,12 @@ def connect(url: str, **options: Any) -> Checkpointer:
 
     - SQLite: `busy_timeout` (seconds), `synchronous` (`OFF`, `NORMAL`, `FULL`, `EXTRA`),
       `mode` (`ro`: read-only, nothing created or written; `rw`: the file must exist).
-    - PostgreSQL: `schema` (where the tables live), `min_size` and `max_size` (the pool);
-      every other parameter goes to asyncpg (`sslmode`, `target_session_attrs`, ...; one it
-      does not know becomes a server setting, e.g. `application_name`).
+    - PostgreSQL: `schema` (where the tables live), `min_size` and `max_size` (the pool),
+      `read_replicas` (`host:port,...`: see docs/high-availability.md); several hosts
+      (`postgresql://h1:5432,h2:5432/db?target_session_attrs=read-write`) reach whichever
+      accepts writes; every other parameter goes to asyncpg (`sslmode`,
+      `target_session_attrs`, ...; one it does not know becomes a server setting, e.g.
+      `application_name`).
     - Redis: `key_prefix`, `ttl` (seconds), `wait_replicas` and `wait_timeout` (seconds);
       every other parameter must be one redis-py takes (`socket_timeout`,
       `health_check_interval`, ...); a sentinel URL also takes `sentinel_username` and

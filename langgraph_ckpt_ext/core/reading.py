@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 from collections import defaultdict
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -100,7 +101,7 @@ class Reading(SaverBase):
         left = limit
         page: builtins.list[CheckpointRow] = []
         metadata: dict[int, CheckpointMetadata] = {}  # decoded for the filter: reused
-        rows = self._store.iter_checkpoints(query)
+        rows = self._store.iter_checkpoints(replace(query, replica=True))
         try:
             async for row in rows:
                 if flt:

@@ -167,6 +167,9 @@ class ListQuery:
     checkpoint_ns: str | None = None
     checkpoint_id: str | None = None
     before: str | None = None
+    replica: bool = False
+    """The rows may come from a read replica, as far as it has replayed (a store with
+    replicas): for reads that show history, never for decisions that write."""
 
     @property
     def params(self) -> list[str]:

@@ -74,6 +74,13 @@ _Convert = Callable[[str, str], Any]
 _WRITERS = ("single", "last_wins")
 
 
+def _hosts(name: str, value: str) -> list[str]:
+    hosts = [h.strip() for h in value.split(",") if h.strip()]
+    if not hosts:
+        raise ValueError(f"{name} needs host:port,...")
+    return hosts
+
+
 def _tombstone_ttl(name: str, value: str) -> float | None:
     return None if value.lower() in ("none", "off") else _seconds(name, value, zero=False)
 
@@ -132,6 +139,7 @@ OPTIONS: dict[str, dict[str, tuple[_Convert, str]]] = {
         "schema": (_text, "the PostgreSQL schema of the tables"),
         "min_size": (_count, "connections the pool keeps open"),
         "max_size": (_count, "connections the pool opens at most"),
+        "read_replicas": (_hosts, "read replicas, host:port,... (the rest as in this URL)"),
     },
     "redis": {
         "key_prefix": (_text, "the first part of every key"),
@@ -236,7 +244,7 @@ def parse_url(url: str) -> ParsedURL:
     if scheme.lower() == SENTINEL:
         parse_sentinel(url)
     else:
-        _check_netloc(url, shown)
+        _check_netloc(url, shown, multi_host=backend == "postgres")
     if backend == "redis":
         _check_redis_options(pairs, shown, sentinel=scheme.lower() == SENTINEL)
     kept = [raw for name, _, raw in pairs if name not in options]
@@ -303,10 +311,14 @@ def _takes(backend: str) -> str:
     return f"a {backend} URL takes {listed}{tail}"
 
 
-def _check_netloc(url: str, shown: str) -> None:
+def _check_netloc(url: str, shown: str, *, multi_host: bool = False) -> None:
+    """Refuse a port that is no number; `multi_host`: each of `h1:5432,h2:5433` checked (as
+    libpq and asyncpg take a list of hosts)."""
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises for a port that is no number
+        hosts = parts.netloc.rpartition("@")[2].split(",") if multi_host else [""]
+        for host in hosts:
+            (urlsplit(f"{parts.scheme}://{host}") if host else parts).port  # noqa: B018
     except ValueError as exc:
         raise InvalidConfigError(f"malformed URL {shown!r}: {mask(str(exc), url_secrets(url))}"
                                  ) from None

@@ -125,6 +125,7 @@ async def _rows(
             thread_id=check_id(thread_id, "thread_id", required=True),
             checkpoint_ns=None if ns is None else check_id(ns, "checkpoint_ns"),
             before=None if before is None else check_id(before, "checkpoint_id"),
+            replica=True,
         ))
         try:
             async for row in rows:

@@ -80,7 +80,7 @@ async def thread_lines(saver: StoreCheckpointer, sealed: SealedStore, thread_id:
                        ) -> list[dict[str, Any]]:
     """One thread's sealed lines, oldest first per namespace (see the module docstring)."""
     inner = sealed.inner
-    raws = [r async for r in inner.iter_checkpoints(ListQuery(thread_id=thread_id))]
+    raws = [r async for r in inner.iter_checkpoints(ListQuery(thread_id=thread_id, replica=True))]
     by_ns: dict[str, list[CheckpointRow]] = {}
     for raw in sorted(raws, key=lambda r: (r.checkpoint_ns, r.checkpoint_id)):
         by_ns.setdefault(raw.checkpoint_ns, []).append(raw)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -81,6 +81,17 @@ class PostgresCheckpointer(Checkpointer):
         audit_keys: seal the audit trail with HMAC-SHA256 under these keys (`KeyProvider`;
             separate from the encryption keys), so that it cannot be forged without them:
             see `StoreCheckpointer`, `verify`.
+        read_replicas: DSNs of read replicas (streaming standbys), or `host:port` entries
+            (user, database and options as in `conn`, which must then be a DSN). History
+            reads (`list`, `get_state_history`, time travel, `lgckpt` and exports) go to a
+            replica, in turn; `get_tuple` (what a run starts from) goes to one only once it
+            has replayed this process's last write (its WAL position, noted after each
+            commit: one more round trip per write), else to the primary; a replica that
+            fails is left out for a few seconds. Every write, and every read that decides
+            a write (prune, sweep, erasure), stays on the primary. See
+            docs/high-availability.md.
+        replica_wait: seconds a `get_tuple` waits for a replica to replay this process's
+            last write before it reads from the primary instead (0: never waits).
         pool_options: passed to `asyncpg.create_pool`, e.g. `min_size`, `max_size`. Behind
             PgBouncer in transaction mode pass `statement_cache_size=0`.
 
@@ -110,6 +121,8 @@ class PostgresCheckpointer(Checkpointer):
         encryption: Encryption | None = None,
         compression: Compression | bool | None = None,
         audit_keys: KeyProvider | None = None,
+        read_replicas: Sequence[str] = (),
+        replica_wait: float = 0.5,
         **pool_options: Any,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -120,11 +133,17 @@ class PostgresCheckpointer(Checkpointer):
             settings = dict(pool_options.pop("server_settings", None) or {})
             settings.setdefault("search_path", schema)
             pool_options["server_settings"] = settings
+        if replica_wait < 0:
+            raise InvalidConfigError("replica_wait is seconds, 0 or more")
+        primary = conn if isinstance(conn, str) else dsn
+        replicas = [replica_dsn(primary, r) for r in read_replicas]
         if isinstance(conn, str):
             self._where = redact(conn) + (f" schema={schema}" if schema else "")
-            store = PostgresStore(dsn=conn, pool_options=pool_options, schema=schema)
+            store = PostgresStore(dsn=conn, pool_options=pool_options, schema=schema,
+                                  read_replicas=replicas, replica_wait=replica_wait)
         else:
-            store = PostgresStore(dsn=dsn, pool=conn, pool_options=pool_options, schema=schema)
+            store = PostgresStore(dsn=dsn, pool=conn, pool_options=pool_options, schema=schema,
+                                  read_replicas=replicas, replica_wait=replica_wait)
             setup = False
         super().__init__(
             store, serde=serde, snapshot_every=snapshot_every,
@@ -165,3 +184,27 @@ class PostgresCheckpointer(Checkpointer):
     @property
     def store(self) -> PostgresStore:
         return self._raw_store  # type: ignore[return-value]
+
+
+def replica_dsn(primary: str | None, replica: str) -> str:
+    """A replica's DSN: `replica` itself if it is one, else (`host:port`) the primary's DSN
+    with that host in place of its own (or its list of hosts), less `target_session_attrs`
+    (a standby is never read-write).
+
+    Example:
+        >>> replica_dsn("postgresql://app@h1:5432,h2:5432/db?sslmode=require&"
+        ...             "target_session_attrs=read-write", "h3:5433")
+        'postgresql://app@h3:5433/db?sslmode=require'
+    """
+    if "://" in replica:
+        return replica
+    if not primary:
+        raise InvalidConfigError(
+            f"read replica {replica!r} is a host: give it as a DSN, or give the primary's")
+    scheme, _, rest = primary.partition("://")
+    netloc, slash, tail = rest.partition("/")
+    user, at, _ = netloc.rpartition("@")
+    path, _, query = tail.partition("?")
+    kept = [p for p in query.split("&") if p and not p.startswith("target_session_attrs=")]
+    query = "&".join(kept)
+    return f"{scheme}://{user}{at}{replica}{slash}{path}{'?' if query else ''}{query}"

@@ -703,3 +703,16 @@ STORAGE_SIZE = """
 SELECT coalesce(sum(pg_total_relation_size(r)), 0)::bigint
 FROM unnest($1::text[]) AS t(name), LATERAL to_regclass(t.name) AS r WHERE r IS NOT NULL"""
 VACUUM = f"VACUUM (ANALYZE) {', '.join(TABLES)}"
+
+# -- read replicas (`PostgresStore` with `read_replicas`) --------------------------------------
+
+# A WAL position at or past a client's committed write, read on its connection after the
+# commit: the flushed one, since the commit waited for its flush (`synchronous_commit` on or
+# more) and a standby receives WAL only as far as it is flushed (the written position may be
+# past what a dead primary ever sends).
+CURRENT_LSN = "SELECT (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::bigint"
+# How far a server has replayed: a standby's replay position, a primary's (a promoted standby)
+# current one.
+REPLAYED_LSN = """
+SELECT (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn()
+             ELSE pg_current_wal_lsn() END - '0/0'::pg_lsn)::bigint"""

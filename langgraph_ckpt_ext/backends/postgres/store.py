@@ -8,6 +8,7 @@ import logging
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import asyncpg
@@ -37,6 +38,7 @@ from ...core.rows import (
     whole as whole_row,
 )
 from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
+from ...core.urls import redact
 from .. import sqlstate
 from . import sql
 from .guarding import Facts, Seen, missed
@@ -62,6 +64,23 @@ _CONNECTION_LOST = (
 
 class _Lost(Exception):
     """An error raised by a connection that the server closed under it."""
+
+
+REPLICA_RETRY = 5.0
+"""Seconds a read replica that failed is left out before it is tried again."""
+_REPLAY_POLL = 0.02
+_UNKNOWN_LSN = (1 << 63) - 1  # a write whose position was not read: no replica has it
+
+
+@dataclass
+class _Replica:
+    """A read replica: its pools (one per event loop), when it may be tried again, and the
+    last WAL position it was seen to have replayed."""
+
+    dsn: str
+    pools: PerLoop[asyncpg.Pool]
+    down_until: float = 0.0
+    replayed: int = -1
 
 
 async def _keep(conn: asyncpg.Connection) -> None:
@@ -97,6 +116,8 @@ class PostgresStore:
         pool: asyncpg.Pool | None = None,
         pool_options: dict[str, Any] | None = None,
         schema: str | None = None,
+        read_replicas: Sequence[str] = (),
+        replica_wait: float = 0.5,
     ) -> None:
         if dsn is None and pool is None:
             raise InvalidConfigError("PostgresStore needs a DSN or a pool")
@@ -125,6 +146,18 @@ class PostgresStore:
             except RuntimeError:
                 loop = None
             self._pools.give(loop, pool)
+        # A replica that does not answer is left out quickly: reads go to the primary.
+        replica_options = {**self._options, "timeout": min(
+            float(self._options.get("timeout", 5.0)), 5.0)}
+        self._replicas = [
+            _Replica(r, PerLoop(
+                lambda r=r: asyncpg.create_pool(r, **replica_options),  # type: ignore[misc]
+                lambda pool: pool.close(), lambda pool: pool.terminate()))
+            for r in read_replicas]
+        self._replica_wait = replica_wait
+        self._turn = 0
+        self._written = 0  # WAL position of this store's last committed write (0: none)
+        self._lost_positions = 0
 
     async def _pool(self) -> asyncpg.Pool:
         if self._dsn is not None:
@@ -140,16 +173,24 @@ class PostgresStore:
             )
         return pool
 
-    async def _run(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, tx: bool) -> T:
+    async def _run(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, tx: bool,
+                   write: bool = True) -> T:
+        """`fn` on a primary connection (in a transaction if `tx`), retried on a lost
+        connection. After a `write`, with read replicas, the WAL position it committed at is
+        noted (one more round trip): reads that must see it wait for a replica to reach it."""
         for attempt in range(_ATTEMPTS):
             try:
                 pool = await self._pool()
                 async with pool.acquire() as conn:
                     try:
                         if not tx:
-                            return await fn(conn)
-                        async with conn.transaction():
-                            return await fn(conn)
+                            result = await fn(conn)
+                        else:
+                            async with conn.transaction():
+                                result = await fn(conn)
+                        if write and self._replicas:
+                            await self._note_position(conn)
+                        return result
                     except Exception as exc:
                         # A terminated backend surfaces as many error types; a closed
                         # connection says what happened.
@@ -166,6 +207,69 @@ class PostgresStore:
                     ) from cause
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
+
+    async def _note_position(self, conn: asyncpg.Connection) -> None:
+        lost = self._lost_positions
+        try:
+            at = int(await conn.fetchval(sql.CURRENT_LSN))
+        except Exception:  # committed all the same: no replica is trusted with it until
+            self._lost_positions += 1  # a position read after this one covers it
+            self._written = _UNKNOWN_LSN
+            return
+        if self._written == _UNKNOWN_LSN and lost == self._lost_positions:
+            self._written = at  # read after every position lost so far
+        else:
+            self._written = max(self._written, at)
+
+    async def _read(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *,
+                    fresh: bool) -> T:
+        """`fn` on a read replica when one may serve it, else on the primary. `fresh`: the
+        read must see this store's own writes, so a replica serves it only once it has
+        replayed the last (waiting up to `replica_wait` seconds). A replica that fails is left
+        out for `REPLICA_RETRY` seconds, the read done on the primary."""
+        replica = await self._replica(fresh) if self._replicas else None
+        if replica is not None:
+            try:
+                pool = await replica.pools.open()
+                async with pool.acquire() as conn:
+                    return await fn(conn)
+            except (*_CONNECTION_LOST, asyncpg.PostgresError) as exc:
+                # Down, or a query cancelled by replay (a recovery conflict): the primary
+                # answers (a real error of the query raises there too).
+                self._left_out(replica, exc)
+        return await self._run(fn, tx=False, write=False)
+
+    def _left_out(self, replica: _Replica, exc: BaseException) -> None:
+        if replica.down_until == 0.0 or isinstance(exc, asyncpg.PostgresError):
+            _log.warning("read replica %s failed (%s: %s): reading from the primary",
+                         redact(replica.dsn), type(exc).__name__, exc)
+        replica.down_until = time.monotonic() + REPLICA_RETRY
+
+    async def _replica(self, fresh: bool) -> _Replica | None:
+        """The next replica in turn that is up and (for a `fresh` read) has replayed this
+        store's last write, or None: read from the primary."""
+        now = time.monotonic()
+        live = [r for r in self._replicas if r.down_until <= now]
+        if not live:
+            return None
+        replica = live[self._turn % len(live)]
+        self._turn += 1
+        target = self._written if fresh else 0
+        if replica.replayed >= target:
+            return replica
+        deadline = now + self._replica_wait
+        while True:
+            try:
+                pool = await replica.pools.open()
+                replica.replayed = int(await pool.fetchval(sql.REPLAYED_LSN))
+            except (*_CONNECTION_LOST, asyncpg.PostgresError) as exc:
+                self._left_out(replica, exc)
+                return None
+            if replica.replayed >= target:
+                return replica
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(_REPLAY_POLL)
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -561,7 +665,12 @@ class PostgresStore:
     # -- reading ----------------------------------------------------------------------------
 
     async def _fetch(self, statement: str, *params: Any) -> list[Any]:
-        return await self._run(lambda conn: conn.fetch(statement, *params), tx=False)
+        return await self._run(lambda conn: conn.fetch(statement, *params), tx=False,
+                               write=False)
+
+    async def _fetch_replica(self, statement: str, *params: Any) -> list[Any]:
+        """A history read: on a replica if there is one (as far as it has replayed)."""
+        return await self._read(lambda conn: conn.fetch(statement, *params), fresh=False)
 
     async def read_checkpoint(
         self, thread_id: str, ns: str, checkpoint_id: str | None
@@ -597,7 +706,8 @@ class PostgresStore:
             blobs = await _blobs(conn, thread_id, ns, keys) if keys else {}
             return row, blobs, writes
 
-        return await self._run(op, tx=False)
+        # What a graph run starts from: on a replica only once it has this store's writes.
+        return await self._read(op, fresh=True)
 
     def iter_checkpoints(self, query: ListQuery) -> AsyncIterator[CheckpointRow]:
         async def page(cursor: Cursor | None) -> list[CheckpointRow]:
@@ -608,7 +718,8 @@ class PostgresStore:
                 before=query.before is not None,
                 after_cursor=cursor is not None,
             )
-            rows = await self._fetch(statement, *query.params, *(cursor or ()), _PAGE)
+            fetch = self._fetch_replica if query.replica else self._fetch
+            rows = await fetch(statement, *query.params, *(cursor or ()), _PAGE)
             return [_checkpoint(r) for r in rows]
 
         return keyset_pages(page, _PAGE)
@@ -616,13 +727,15 @@ class PostgresStore:
     async def read_ancestors(
         self, thread_id: str, ns: str, checkpoint_id: str, limit: int
     ) -> list[CheckpointRow]:
-        rows = await self._fetch(sql.SELECT_ANCESTORS, thread_id, ns, checkpoint_id, limit)
+        rows = await self._fetch_replica(sql.SELECT_ANCESTORS, thread_id, ns, checkpoint_id,
+                                         limit)
         return [_checkpoint(r) for r in rows]
 
     async def read_blobs(
         self, thread_id: str, ns: str, keys: Collection[tuple[str, str]]
     ) -> dict[tuple[str, str], BlobRow]:
-        return await self._run(lambda conn: _blobs(conn, thread_id, ns, keys), tx=False)
+        # As `read_tuple`: on a replica once it has replayed this store's writes.
+        return await self._read(lambda conn: _blobs(conn, thread_id, ns, keys), fresh=True)
 
     async def read_writes(
         self,
@@ -634,7 +747,8 @@ class PostgresStore:
         if channels is not None and not channels:
             return {}
         ids = list(checkpoint_ids)
-        return await self._run(lambda conn: _writes(conn, thread_id, ns, ids, channels), tx=False)
+        return await self._read(lambda conn: _writes(conn, thread_id, ns, ids, channels),
+                                fresh=True)
 
     async def read_migrations(self, thread_id: str | None = None) -> list[MigrationEntry]:
         if thread_id is None:
@@ -808,6 +922,8 @@ class PostgresStore:
     async def close(self) -> None:
         """Close the pools this store opened (a pool passed in stays the caller's)."""
         await self._pools.close()
+        for replica in self._replicas:
+            await replica.pools.close()
 
 
 _BlobKey = tuple[str, str, str, str]  # thread_id, checkpoint_ns, channel, version
