@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import tempfile
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,60 +30,13 @@ from tests.support.redis_servers import (
     _spawn,
     free_port,
 )
+from tests.support.tcp_link import HeldLink
 
 SERVICE = "mymaster"
 DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 5000
 READY_TIMEOUT = 30.0
 """Seconds the setup gets to be ready: replicas in sync, every sentinel knowing the others."""
-
-
-class HeldLink:
-    """A TCP forwarder from a free loopback port to `target` (a replica's link to its master):
-    `hold()` stops passing the master's bytes on (they stay in this process, never reaching
-    the replica's socket), `cut()` drops them and closes every connection, for good."""
-
-    def __init__(self, target: int) -> None:
-        self.target = target
-        self._listener = socket.create_server((HOST, 0))
-        self.port: int = self._listener.getsockname()[1]
-        self._flowing = threading.Event()
-        self._flowing.set()
-        self._cut = False
-        self._socks: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def hold(self) -> None:
-        self._flowing.clear()
-
-    def cut(self) -> None:
-        self._cut = True
-        self._flowing.set()
-        for sock in [self._listener, *self._socks]:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def _accept(self) -> None:
-        while not self._cut:
-            try:
-                down, _ = self._listener.accept()
-                up = socket.create_connection((HOST, self.target), timeout=2)
-                up.settimeout(None)
-            except OSError:
-                continue
-            self._socks += [down, up]
-            for src, dst, held in ((up, down, True), (down, up, False)):
-                threading.Thread(target=self._pump, args=(src, dst, held), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, held: bool) -> None:
-        with contextlib.suppress(OSError):
-            while data := src.recv(65536):
-                if held:
-                    self._flowing.wait()
-                if self._cut:
-                    return
-                dst.sendall(data)
 
 
 class SentinelServer(RedisServer):
