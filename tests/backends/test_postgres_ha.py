@@ -15,9 +15,10 @@ from langgraph.graph import END, START, StateGraph
 
 from langgraph_ckpt_ext import PostgresCheckpointer
 from langgraph_ckpt_ext.backends.postgres import replica_dsn
-from langgraph_ckpt_ext.core.errors import InvalidConfigError
+from langgraph_ckpt_ext.core.errors import InvalidConfigError, StoreUnavailableError
 from langgraph_ckpt_ext.core.urls import parse_url
-from tests.support.pg_cluster import HOST, USER, PgCluster, pg_cluster
+from tests.support.pg_cluster import HOST, USER, PgCluster, PgNode, pg_cluster
+from tests.support.tcp_link import HeldLink
 
 STEPS = 8
 
@@ -135,8 +136,6 @@ async def test_writes_in_flight_land_once_or_fail_unavailable() -> None:
     """Many threads written at once under `remote_apply` when the primary is killed: each
     put either returned (then its checkpoint is on the promoted standby, once) or raised
     `StoreUnavailableError`; the threads go on after the promotion."""
-    from langgraph_ckpt_ext.core.errors import StoreUnavailableError
-
     with pg_cluster(fsync=True) as cluster:
         primary = cluster.start_primary(synchronous_commit="remote_apply",
                                         synchronous_standby_names="*")
@@ -179,6 +178,108 @@ async def test_writes_in_flight_land_once_or_fail_unavailable() -> None:
                 assert acked[t] <= set(stored), t
                 await chain_of(cp, t)
             print(f"\n{len(failed)} runs failed with StoreUnavailableError during the switch")
+
+
+async def sync_waiters(node: PgNode) -> int:
+    """Backends of `node` waiting for a synchronous standby to confirm their commit."""
+    return int(await asyncio.to_thread(
+        node.psql, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'"))
+
+
+async def test_async_replication_loses_what_the_held_standby_never_got() -> None:
+    """Async replication (`synchronous_commit=on`, no synchronous standby), the standby's WAL
+    stream held: puts are acknowledged all the same; the primary killed and the standby
+    promoted, exactly those are lost, and the history is the chain the standby had."""
+    with pg_cluster(fsync=True) as cluster:
+        primary = cluster.start_primary()
+        with HeldLink(primary.port) as link:
+            standby = cluster.start_standby(upstream_port=link.port)
+            await asyncio.to_thread(cluster.wait_streaming)
+            async with PostgresCheckpointer.from_conn_string(failover_url(cluster)) as cp:
+                graph = counting_graph().compile(checkpointer=cp)
+                config = {"configurable": {"thread_id": "t-a"}}
+                await graph.ainvoke({"n": 0, "log": []}, config)
+                kept = await chain_of(cp, "t-a")
+                await asyncio.to_thread(cluster.wait_replayed, standby)
+                link.hold()
+                for _ in range(3):
+                    await graph.aupdate_state(config, {"n": 1})
+                other = {"configurable": {"thread_id": "t-b"}}
+                await graph.ainvoke({"n": 0, "log": []}, other)
+                held = len(await chain_of(cp, "t-a")) - len(kept) + len(
+                    await chain_of(cp, "t-b"))
+                assert held == 3 + STEPS + 2  # acknowledged by the primary
+                await asyncio.to_thread(primary.stop, "immediate")
+                link.cut()
+                await asyncio.to_thread(standby.promote)
+                assert await rows_on(standby.dsn, "t-a") == kept
+                assert await rows_on(standby.dsn, "t-b") == []
+                assert await chain_of(cp, "t-a") == kept  # one chain, as the standby had it
+                # The thread goes on from what survived, on the new primary.
+                await graph.aupdate_state(config, {"n": 1})
+                assert (await chain_of(cp, "t-a"))[:-1] == kept
+                assert (await graph.aget_state(config)).values["n"] == STEPS + 1
+                print(f"\n{held} acknowledged checkpoints lost (async, link held)")
+
+
+@pytest.mark.parametrize("promote_before_retries_end", [True, False])
+async def test_remote_apply_put_waits_for_the_held_standby_and_nothing_is_lost(
+        promote_before_retries_end: bool) -> None:
+    """`remote_apply` with `synchronous_standby_names` naming the standby, its WAL stream
+    held: a put does not return (its commit waits for the standby: `SyncRep`); the primary
+    killed and the standby promoted, that put either raised `StoreUnavailableError` (and is
+    not stored) or was retried onto the new primary (stored once); every checkpoint
+    acknowledged before is there. Promoted only after the put's retries ran out, the put
+    must have raised."""
+    with pg_cluster(fsync=True) as cluster:
+        primary = cluster.start_primary(synchronous_commit="remote_apply",
+                                        synchronous_standby_names="standby")
+        with HeldLink(primary.port) as link:
+            standby = cluster.start_standby(upstream_port=link.port,
+                                            synchronous_standby_names="")
+            await asyncio.to_thread(cluster.wait_streaming)
+
+            async def synchronous() -> bool:  # 'async' for a moment after it starts streaming
+                return await asyncio.to_thread(
+                    primary.psql, "SELECT application_name || ' ' || sync_state "
+                    "FROM pg_stat_replication") == "standby sync"
+
+            await until(synchronous)
+            async with PostgresCheckpointer.from_conn_string(failover_url(cluster)) as cp:
+                graph = counting_graph().compile(checkpointer=cp)
+                config = {"configurable": {"thread_id": "t-s"}}
+                await graph.ainvoke({"n": 0, "log": []}, config)
+                acknowledged = await chain_of(cp, "t-s")
+                link.hold()
+                put = asyncio.create_task(graph.aupdate_state(config, {"n": 1}))
+
+                async def waiting() -> bool:
+                    return await sync_waiters(primary) > 0
+
+                await first_of(until(waiting), put)  # committed there, waiting for the standby
+                assert not put.done()
+                await asyncio.to_thread(primary.stop, "immediate")
+                link.cut()
+                if promote_before_retries_end:
+                    await asyncio.to_thread(standby.promote)
+                try:
+                    landed = await asyncio.wait_for(put, 30)
+                except StoreUnavailableError:
+                    landed = None
+                if not promote_before_retries_end:
+                    assert landed is None  # no server accepted writes
+                    await asyncio.to_thread(standby.promote)
+                stored = await rows_on(standby.dsn, "t-s")
+                assert stored[:len(acknowledged)] == acknowledged  # none lost
+                if landed is None:
+                    assert stored == acknowledged
+                else:
+                    assert stored == [*acknowledged, landed["configurable"]["checkpoint_id"]]
+                assert await chain_of(cp, "t-s") == stored
+                await graph.aupdate_state(config, {"n": 1})  # and on, on the new primary
+                assert len(await chain_of(cp, "t-s")) == len(stored) + 1
+                how = "StoreUnavailableError" if landed is None else "retried onto the new primary"
+                print(f"\nthe put held by the standby: {how}")
 
 
 async def test_read_replica_routing() -> None:

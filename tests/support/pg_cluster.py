@@ -129,14 +129,23 @@ class PgCluster:
         node.start()
         return node
 
-    def start_standby(self, name: str = "standby", **settings: str | int) -> PgNode:
+    def start_standby(self, name: str = "standby", *, upstream_port: int | None = None,
+                      **settings: str | int) -> PgNode:
         """`pg_basebackup -R` of the primary (its `primary_conninfo` and `standby.signal`
-        written), started; it streams the primary's WAL. Its `cluster_name` is `name`, the
-        application name `synchronous_standby_names` matches."""
+        written), started; it streams the primary's WAL, from `upstream_port` if given (a
+        `tests.support.tcp_link.HeldLink` to the primary's port). Its `cluster_name` is
+        `name`, the application name `synchronous_standby_names` matches."""
         node = PgNode(name, self.root, free_port())
         _as_postgres(BIN / "pg_basebackup", "-h", HOST, "-p", str(self.primary.port), "-U",
                      USER, "-D", node.datadir, "-R", "--checkpoint=fast", "-X", "stream")
         node.configure(port=node.port, cluster_name=name, **settings)
+        if upstream_port is not None:
+            # -R wrote primary_conninfo to postgresql.auto.conf, read after postgresql.conf.
+            auto = node.datadir / "postgresql.auto.conf"
+            auto.write_text(auto.read_text().replace(
+                f"port={self.primary.port} ", f"port={upstream_port} "))
+            if f"port={upstream_port} " not in auto.read_text():
+                raise PgClusterError(f"no primary port in {auto}:\n{auto.read_text()}")
         self.standbys.append(node)
         node.start()
         return node
@@ -149,6 +158,15 @@ class PgCluster:
             if time.monotonic() > deadline:
                 raise PgClusterError("the standby does not stream:\n" + self.standbys[-1].log())
             time.sleep(0.05)
+
+    def wait_replayed(self, standby: PgNode) -> None:
+        """Until `standby` has replayed all the WAL the primary had flushed when called."""
+        lsn = self.primary.psql("SELECT pg_current_wal_flush_lsn()")
+        deadline = time.monotonic() + START_TIMEOUT
+        while standby.psql(f"SELECT pg_last_wal_replay_lsn() >= '{lsn}'::pg_lsn") != "t":
+            if time.monotonic() > deadline:
+                raise PgClusterError(f"{standby.name} did not replay up to {lsn}")
+            time.sleep(0.01)
 
     def close(self) -> None:
         for node in reversed(self.nodes() if hasattr(self, "primary") else self.standbys):
