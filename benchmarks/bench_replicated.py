@@ -30,6 +30,10 @@ Per variant (best of `--rounds` by turns/s; cpu, flush and queue columns: mean o
   cpu ms            process CPU per turn (`time.process_time`: every thread of the process, so
                     the replicas' worker threads and their private event loops too), the final
                     flush included
+  cpu by thread     (printed below the table) that CPU split by thread: the graph's loop, the
+                    replicas' worker threads and their stores' threads (a RedisCheckpointer's
+                    private loop, aiosqlite's thread, ...); `--linger S` sets how long a
+                    replica gathers writes into one batch
   cpu x             that CPU per turn over bare's: what replication costs the graph's own
                     process, whatever the machine's free cores (target <= 1.15x); for the
                     -proc variants the replicator process's CPU per turn is printed apart
@@ -44,10 +48,11 @@ counts are printed and must be equal (OK / MISMATCH). Then, per wrapper mode, it
 as a fraction of bare's and the cost in percent, and the graph process's CPU per turn against
 bare's (with the replicator process's beside it). `--json PATH` writes every figure: per
 concurrency and variant, the best round's turns/s and p50/p99, the means of the cpu, queue and
-flush columns, `cpu_x` and `replicator_cpu_x` (over bare's cpu ms), and every round's figures.
+flush columns, `cpu_x` and `replicator_cpu_x` (over bare's cpu ms), `cpu_threads_ms` (CPU per
+turn by thread group), and every round's figures.
 
 Run: `python benchmarks/bench_replicated.py [--quick] [--threads N] [--turns N] [--rounds N]
-[--concurrency 1 16] [--variants V ...] [--repair-interval S] [--json PATH] [--dsn URL]
+[--concurrency 1 16] [--variants V ...] [--repair-interval S] [--linger S] [--json PATH] [--dsn URL]
 [--redis-url URL]`. `--quick`: 4 threads
 x 8 turns, 2 rounds (a smoke run of under a minute). Numbers move with the machine's load (every
 thread of the wrapper shares the GIL with the graph's event loop): compare the variants of one
@@ -65,6 +70,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -123,6 +129,27 @@ def child_cpu(wrapper: ReplicatedCheckpointer) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds each live thread of this process has used, by thread group (a thread's
+    name without its number: `asyncio_3` is `asyncio`, the default executor's)."""
+    out: dict[str, float] = {}
+    for t in threading.enumerate():
+        if t.ident is None:
+            continue
+        try:
+            used = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        except OSError:  # it ended meanwhile
+            continue
+        group = THREAD_GROUPS.get(t.name.split(" (")[-1].rstrip(")")) or (
+            t.name.rstrip("0123456789").rstrip("_-") or t.name)
+        out[group] = out.get(group, 0.0) + used
+    return out
+
+
+# Threads by what they do (their function name, for the unnamed ones).
+THREAD_GROUPS = {"MainThread": "graph's loop", "_connection_worker_thread": "aiosqlite"}
+
+
 async def count(saver: Any, tids: list[str]) -> int:
     n = 0
     for tid in tids:
@@ -172,6 +199,8 @@ async def run_variant(variant: str, args: argparse.Namespace, concurrency: int
             if consistency == "anti_entropy":
                 options = {**options, "repair_interval": args.repair_interval}
             replicas: list[Any] = [redis, sqlite]
+            if args.linger is not None:
+                options = {**options, "linger": args.linger}
             if options.get("process"):
                 options = {k: v for k, v in options.items() if k != "process"}
                 replicas = [(args.redis_url, {"key_prefix": place}),
@@ -197,7 +226,7 @@ async def run_variant(variant: str, args: argparse.Namespace, concurrency: int
             neighbour.start()
         gc.collect()
         child0 = child_cpu(wrapper) if wrapper is not None else 0.0
-        t0, cpu0 = time.perf_counter(), time.process_time()
+        t0, cpu0, threads0 = time.perf_counter(), time.process_time(), thread_cpu()
         if concurrency == 1:
             for tid in tids:
                 await run_thread(tid)
@@ -213,6 +242,8 @@ async def run_variant(variant: str, args: argparse.Namespace, concurrency: int
             if not flushed:
                 print(f"  [{variant}] aflush timed out after 120 s", file=sys.stderr)
         cpu = time.process_time() - cpu0
+        threads1 = thread_cpu()
+        by_thread = {k: v - threads0.get(k, 0.0) for k, v in threads1.items()}
         child = child_cpu(wrapper) - child0 if wrapper is not None else 0.0
         status = None
         if wrapper is not None:
@@ -246,6 +277,8 @@ async def run_variant(variant: str, args: argparse.Namespace, concurrency: int
         "p50_ms": 1000 * lat[len(lat) // 2],
         "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
         "cpu_ms": 1000 * cpu / turns,
+        "cpu_threads_ms": {k: 1000 * v / turns for k, v in sorted(
+            by_thread.items(), key=lambda kv: -kv[1]) if v > 0},
         "child_cpu_ms": 1000 * child / turns,
         "queued": queued,
         "flush_ms": 1000 * flush,
@@ -328,7 +361,10 @@ def _best(rows: list[dict[str, Any]]) -> dict[str, Any]:
     b = max(rows, key=lambda r: r["turns_per_s"])
     mean = {k: statistics.fmean(r[k] for r in rows)
             for k in ("cpu_ms", "child_cpu_ms", "queued", "flush_ms")}
-    return {**b, **mean}
+    groups = {k for r in rows for k in r["cpu_threads_ms"]}
+    threads = {k: statistics.fmean(r["cpu_threads_ms"].get(k, 0.0) for r in rows)
+               for k in groups}
+    return {**b, **mean, "cpu_threads_ms": dict(sorted(threads.items(), key=lambda kv: -kv[1]))}
 
 
 def _print_ratios(best: dict[str, dict[str, Any]]) -> None:
@@ -358,6 +394,10 @@ def _print_ratios(best: dict[str, dict[str, Any]]) -> None:
                  if row["child_cpu_ms"] else "")
         print(f"  {variant:<13} {row['cpu_ms']:6.2f} ms  {row['cpu_x']:.2f}x ({verdict} target)"
               + child)
+    print("CPU per turn by thread (ms; threads alive at the end of the run):")
+    for variant, row in best.items():
+        print(f"  {variant:<13} " + ", ".join(
+            f"{name} {ms:.2f}" for name, ms in row["cpu_threads_ms"].items() if ms >= 0.005))
 
 
 def main() -> None:
@@ -376,6 +416,9 @@ def main() -> None:
                         "(default: 1; e.g. --concurrency 1 16)")
     p.add_argument("--repair-interval", type=float, default=None,
                    help="anti_entropy: seconds between background repairs (default 2; quick 0.5)")
+    p.add_argument("--linger", type=float, default=None,
+                   help="the wrappers' linger (s): how long a replica waits for more writes to "
+                        "apply them as one batch (default: ReplicatedCheckpointer's)")
     p.add_argument("--json", type=Path, help="also write every figure to this JSON file")
     p.add_argument("--quick", action="store_true",
                    help="4 threads x 8 turns, 2 rounds, a repair every 0.5 s")
