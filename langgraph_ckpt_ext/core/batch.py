@@ -13,9 +13,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from .base import SaverBase
 from .guard import Guard, apply_guard
-from .rows import BlobRow
 from .store import BatchItem
-from .writing import PreparedPut, Writing
+from .writing import PreparedPut, Writing, portable_blobs
 
 
 class Batches(Writing):
@@ -96,23 +95,17 @@ class Batches(Writing):
         """Sync `aprepare_batch`."""
         return self.run_sync(self.aprepare_batch(ops, portable=portable))
 
-    async def awrite_prepared(self, batches: Sequence[PreparedBatch], *, as_put: bool = False
-                              ) -> None:
+    async def awrite_prepared(self, batches: Sequence[PreparedBatch]) -> None:
         """Write prepared batches, in order, as one batch (one transaction or round trip where
         the backend allows). Every row is an upsert, so a batch written twice (here and by a
-        write of its own still out) stores the same rows.
-
-        `as_put`: one batch of one put or `put_writes`, stored as `aput` / `aput_writes`
-        store it, with the same checks: a guarded batch is a transaction that reads the
-        thread's facts first, where a single guarded write is one statement on the facts
-        this process expects (on PostgreSQL one round trip instead of five)."""
+        write of its own still out) stores the same rows."""
         items = [item for b in batches for item in b.items]
         guards = [g for b in batches for g in b.guards]
         # An audited batch's writes, as `aput_writes` stores them (a child's seal covers them).
         writes = [w for b in batches if b.audited for i in b.items if isinstance(i, list) for w in i]
         try:
             with self._auditor.writing(writes):
-                fell_back = await self._write_items(items, guards, as_put)
+                fell_back = await self._write_items(items, guards)
         except BaseException:
             for thread_id in {t for b in batches for t in b.threads}:
                 self._log.forget(thread_id)
@@ -121,23 +114,16 @@ class Batches(Writing):
         for put, fell in zip(puts, fell_back, strict=True):
             self._stored(put, fell, planned=False)
 
-    async def _write_items(self, items: Sequence[BatchItem], guards: Sequence[Guard | None],
-                           as_put: bool) -> list[set[str]]:
-        if as_put and len(items) == 1:
-            item, guard = items[0], guards[0]
-            if isinstance(item, tuple):
-                return [await self._store.write_checkpoint(item[0], item[1], guard)]
-            await self._store.write_writes(item, guard)
-            return []
+    async def _write_items(self, items: Sequence[BatchItem], guards: Sequence[Guard | None]
+                           ) -> list[set[str]]:
         if not items:
             return []
         return await self._store.write_batch(
             items, guards if any(g is not None for g in guards) else None)
 
-    def write_prepared(self, batches: Sequence[PreparedBatch], *, as_put: bool = False
-                       ) -> None:
+    def write_prepared(self, batches: Sequence[PreparedBatch]) -> None:
         """Sync `awrite_prepared`."""
-        self.run_sync(self.awrite_prepared(batches, as_put=as_put))
+        self.run_sync(self.awrite_prepared(batches))
 
     async def awrite_rows(self, items: Sequence[BatchItem], *, epoch: int | None = None
                           ) -> None:
@@ -185,10 +171,5 @@ class PreparedBatch:
     def rows(self) -> builtins.list[BatchItem]:
         """The rows alone, for another store (`awrite_rows`): plain data that pickles, an
         append-delta without the whole value it could fall back on."""
-        return [
-            (item[0], [b if b.full is None else
-                       BlobRow(b.channel, b.version, b.type, b.data, b.base_version)
-                       for b in item[1]])
-            if isinstance(item, tuple) else item
-            for item in self.items
-        ]
+        return [(item[0], portable_blobs(item[1])) if isinstance(item, tuple) else item
+                for item in self.items]

@@ -5,7 +5,8 @@ with `isinstance` when the wrapper is built, never looked up by name at a call.
 - `BatchSaver`: stores a sequence of puts and writes as one batch. Ours, and a wrapper of
   ours, implement it; a LangGraph saver does not, and is then written op by op.
 - `RowSaver`: a batch can also be prepared as rows (encoded once), written later, and handed to
-  another of our stores as it is (replication). Only our own store-backed savers implement it.
+  another of our stores as it is; or one op written at once, giving back its rows
+  (replication). Only our own store-backed savers implement it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import BaseCheckpointSaver
 
     from .batch import PreparedBatch
@@ -46,11 +48,13 @@ class RowSaver(BatchSaver, Protocol):
         self, ops: Sequence[Op], *, portable: bool = False
     ) -> PreparedBatch | None: ...
 
-    def write_prepared(self, batches: Sequence[PreparedBatch], *, as_put: bool = False
-                       ) -> None: ...
+    def write_prepared(self, batches: Sequence[PreparedBatch]) -> None: ...
 
-    async def awrite_prepared(self, batches: Sequence[PreparedBatch], *, as_put: bool = False
-                              ) -> None: ...
+    async def awrite_prepared(self, batches: Sequence[PreparedBatch]) -> None: ...
+
+    def write_op(self, op: Op) -> tuple[RunnableConfig | None, list[BatchItem]]: ...
+
+    async def awrite_op(self, op: Op) -> tuple[RunnableConfig | None, list[BatchItem]]: ...
 
     def write_rows(self, items: Sequence[BatchItem], *, epoch: int | None = None) -> None: ...
 

@@ -22,6 +22,7 @@ from .auditing import Auditing
 from .config import make_config, put_ids, write_ids
 from .guard import Guard, apply_guard, put_guard, writes_guard
 from .rows import BlobRow, CheckpointRow, WriteRow
+from .store import BatchItem
 from .versions import any_upgraded, is_upgraded, plain, version_key
 
 
@@ -35,7 +36,8 @@ class Writing(Auditing):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self._put(config, checkpoint, metadata, new_versions)
+        row = (await self._put(config, checkpoint, metadata, new_versions)).row
+        return make_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id)
 
     async def _put(
         self,
@@ -44,14 +46,17 @@ class Writing(Auditing):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
         copy: bool = False,
-    ) -> RunnableConfig:
-        """`aput`; `copy`: a checkpoint copied from elsewhere (`aput_batch(copy=True)`)."""
+        portable: bool = False,
+    ) -> PreparedPut:
+        """`aput`; `copy`: a checkpoint copied from elsewhere (`aput_batch(copy=True)`);
+        `portable`: its rows made for any of our stores too (`awrite_op`)."""
         seal = await self._audited()
-        put = await self._prepare_put(config, checkpoint, metadata, new_versions, seal=seal)
+        put = await self._prepare_put(config, checkpoint, metadata, new_versions, portable,
+                                      seal=seal)
         guard = self._apply_guard() if copy else put.guard
         fell_back = await self._store.write_checkpoint(put.row, put.blobs, guard)
         self._stored(put, fell_back)
-        return make_config(put.row.thread_id, put.row.checkpoint_ns, put.row.checkpoint_id)
+        return put
 
     async def _prepare_put(
         self,
@@ -174,16 +179,37 @@ class Writing(Auditing):
         task_id: str,
         task_path: str = "",
         copy: bool = False,
-    ) -> None:
+    ) -> builtins.list[WriteRow]:
+        """`aput_writes` (`copy`: as for `_put`); the rows it stored."""
         rows = self._encode_writes(config, writes, task_id, task_path)
         if not rows:
-            return
+            return rows
         guard = self._apply_guard() if copy else self._writes_guard(config, rows[0].thread_id)
         if await self._audited():
             with self._auditor.writing(rows):
                 await self._store.write_writes(rows, guard)
         else:
             await self._store.write_writes(rows, guard)
+        return rows
+
+    async def awrite_op(self, op: tuple[Any, ...]
+                        ) -> tuple[RunnableConfig | None, builtins.list[BatchItem]]:
+        """Store one op (`("put", ...)` or `("writes", ...)`, as for `aput_batch`) as `aput`
+        / `aput_writes` store it, and give back what `aput` returns (None for writes) and the
+        rows it stored, for another of our stores (`awrite_rows`): a replicated write is
+        encoded once, by the primary."""
+        if op[0] == "put":
+            put = await self._put(op[1], op[2], op[3], op[4], portable=True)
+            row = put.row
+            return (make_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id),
+                    [(row, portable_blobs(put.blobs))])
+        rows = await self._put_writes(op[1], op[2], op[3], op[4] if len(op) > 4 else "")
+        return None, [rows] if rows else []
+
+    def write_op(self, op: tuple[Any, ...]
+                 ) -> tuple[RunnableConfig | None, builtins.list[BatchItem]]:
+        """Sync `awrite_op`."""
+        return self.run_sync(self.awrite_op(op))
 
     def _encode_writes(
         self,
@@ -197,6 +223,13 @@ class Writing(Auditing):
         return codec.encode_writes(
             self.serde, thread_id, ns, checkpoint_id, writes, task, task_path
         )
+
+
+def portable_blobs(blobs: Sequence[BlobRow]) -> builtins.list[BlobRow]:
+    """Blobs as another store takes them: plain data that pickles, an append-delta without
+    the whole value it could fall back on."""
+    return [b if b.full is None else BlobRow(b.channel, b.version, b.type, b.data, b.base_version)
+            for b in blobs]
 
 
 @dataclass(frozen=True, slots=True)

@@ -886,3 +886,42 @@ def test_a_bad_replica_url_is_refused_when_built(stores: Stores) -> None:
         ReplicatedCheckpointer(primary, ["mysql://h/db"])
     with pytest.raises(InvalidConfigError, match="could not be opened"):
         ReplicatedCheckpointer(primary, [("sqlite:///x.db", {"no_such_option": 1})])
+
+
+def test_process_replica_writes_go_down_the_pipe_together(stores: Stores) -> None:
+    """Async writes to URL replicas wait in the parent's outbox for `linger` and go to the
+    replicator process as one frame (one pickle, one write to the pipe, one wake-up of the
+    child for all of them), applied in order; a quorum write goes at once, after them."""
+    from langgraph_ckpt_ext.strategies.replication import process
+
+    primary = stores.new("sqlite")
+    replica_path = stores.tmp_path / "outbox.db"
+    cp = stores.replicated(primary, [f"sqlite:///{replica_path}"], linger=0.5)
+    replicator = cp._replicator
+    assert replicator is not None
+    frames: list[Any] = []
+    send = process.send_frame
+
+    def counting(stream: Any, message: Any) -> None:
+        frames.append(message)
+        send(stream, message)
+
+    process.send_frame = counting  # type: ignore[assignment]
+    try:
+        parent = None
+        for step in range(5):
+            cp.put(*a_checkpoint(cp, "o", step, parent, log=[f"m{step}"]))
+            parent = cp.get_tuple(cfg("o"))
+        assert cp.flush(timeout=30)
+        ops = [m for f in frames for m in (f[1] if f[0] == "batch" else [f])]
+        assert [m[0] for m in ops] == ["op"] * 5 and len(frames) == 1, frames
+        assert [m[1] for m in ops] == sorted(m[1] for m in ops)  # the primary's order
+        quorum = stores.replicated(primary, [f"sqlite:///{replica_path}"], "quorum",
+                                   linger=0.5)
+        frames.clear()
+        quorum.put(*a_checkpoint(quorum, "q", 0, log=["q"]))  # returns once applied
+        assert len(frames) == 1 and frames[0][0] == "op", frames
+    finally:
+        process.send_frame = send  # type: ignore[assignment]
+    with SQLiteCheckpointer(replica_path) as replica:
+        assert_same(primary, replica)

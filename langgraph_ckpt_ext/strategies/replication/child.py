@@ -80,11 +80,17 @@ class _Deferred(BaseCheckpointSaver[Any]):
     async def aprepare_batch(self, ops: Any, *, portable: bool = False) -> Any:
         return await self._open().aprepare_batch(ops, portable=portable)
 
-    def write_prepared(self, batches: Any, *, as_put: bool = False) -> None:
-        self._open().write_prepared(batches, as_put=as_put)
+    def write_prepared(self, batches: Any) -> None:
+        self._open().write_prepared(batches)
 
-    async def awrite_prepared(self, batches: Any, *, as_put: bool = False) -> None:
-        await self._open().awrite_prepared(batches, as_put=as_put)
+    async def awrite_prepared(self, batches: Any) -> None:
+        await self._open().awrite_prepared(batches)
+
+    def write_op(self, op: Any) -> Any:
+        return self._open().write_op(op)
+
+    async def awrite_op(self, op: Any) -> Any:
+        return await self._open().awrite_op(op)
 
     def write_rows(self, items: Any, *, epoch: int | None = None) -> None:
         self._open().write_rows(items, epoch=epoch)
@@ -187,23 +193,31 @@ def _serve(stdin: IO[bytes], replicas: list[ChildReplica], outbox: _Outbox) -> N
     try:
         while True:
             msg = read_frame(stdin)
-            if msg[0] == "op":
-                _, seq, kind, threads, args, targets, quorum = msg
-                op = Op(kind, args, threads, time.monotonic(), seq=seq, quorum=quorum)
-                for i in targets:
-                    replicas[i].push(op, 0.0)
-            elif msg[0] == "withdraw":  # a quorum write that failed, if not yet applied
-                if replicas[msg[1]].take_back(msg[2]):
-                    outbox.put(("withdrawn", msg[1], msg[2]))
-            elif msg[0] == "drop":
-                r = replicas[msg[1]]
-                with r.cond:
-                    r.queue.clear()
-                    r.busy.clear()
-            elif msg[0] == "close":
-                break
+            for m in msg[1] if msg[0] == "batch" else (msg,):
+                if not _handle(m, replicas, outbox):
+                    return
     except EOFError:  # the parent is gone: apply what came, then stop
         pass
+
+
+def _handle(msg: Any, replicas: list[ChildReplica], outbox: _Outbox) -> bool:
+    """One message of the parent's; False once it says close."""
+    if msg[0] == "op":
+        _, seq, kind, threads, args, targets, quorum = msg
+        op = Op(kind, args, threads, time.monotonic(), seq=seq, quorum=quorum)
+        for i in targets:
+            replicas[i].push(op, 0.0)
+    elif msg[0] == "withdraw":  # a quorum write that failed, if not yet applied
+        if replicas[msg[1]].take_back(msg[2]):
+            outbox.put(("withdrawn", msg[1], msg[2]))
+    elif msg[0] == "drop":
+        r = replicas[msg[1]]
+        with r.cond:
+            r.queue.clear()
+            r.busy.clear()
+    elif msg[0] == "close":
+        return False
+    return True
 
 
 def child_main() -> None:  # pragma: no cover - runs in the child; covered by its tests

@@ -76,8 +76,10 @@ class Fanout:
                     threads: tuple[str, ...]) -> Op:
         """`enqueue`; for an async caller, a full queue waits for room on a thread, not on
         the caller's event loop."""
-        if not sync and any(len(r.queue) >= self.options.max_queue for r in self.views):
-            return await asyncio.to_thread(self.enqueue, kind, args, threads)
+        if not sync:
+            for r in self.views:
+                if len(r.queue) >= self.options.max_queue:
+                    return await asyncio.to_thread(self.enqueue, kind, args, threads)
         return self.enqueue(kind, args, threads)
 
     def take_written(self) -> set[str] | None:

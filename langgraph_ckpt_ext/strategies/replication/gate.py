@@ -12,7 +12,7 @@ from collections import Counter
 
 class Gate:
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())  # never taken twice
         self._in_flight: Counter[str | None] = Counter()  # None: threads unknown (by run ids)
         self._held: set[str] = set()  # threads being repaired
 

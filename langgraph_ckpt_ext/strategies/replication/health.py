@@ -40,6 +40,8 @@ class Health:
     def _make_room(self, wait: float) -> None:
         """While the queue is full, wait up to `wait` s for room (backpressure) if the replica
         is up, else drop the queue and mark the replica for repair (under `cond`)."""
+        if self._queued() < self.max_queue:
+            return
         deadline = time.monotonic() + wait
         while self._queued() >= self.max_queue:
             left = deadline - time.monotonic()

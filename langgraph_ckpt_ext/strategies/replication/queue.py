@@ -10,11 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
-
-from ...core.batch import PreparedBatch
 from ...core.bridge import resolve
-from ...core.config import make_config
 
 BATCH = 64  # ops one replica applies in one batch at most
 BATCHED = ("put", "writes", "rows")  # ops a replica applies a run of as one batch
@@ -88,11 +84,3 @@ class Op:
 class Entry:
     op: Op
     acked: bool = False  # whether this replica has settled the op's ack (first attempt)
-
-
-def put_config(batch: PreparedBatch) -> RunnableConfig | None:
-    """What `put` returns for a batch of one checkpoint (None for writes)."""
-    if not batch.puts:
-        return None
-    row = batch.puts[0].row
-    return make_config(row.thread_id, row.checkpoint_ns, row.checkpoint_id)

@@ -29,7 +29,6 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ...core.batch import PreparedBatch
 from ...core.bridge import either
 from ...core.config import thread_id_of
 from ...core.errors import FencedError, QuorumUnavailableError, ReplicationError
@@ -40,7 +39,7 @@ from .failover import Failover
 from .failures import classifier, describe, foreign_unavailable, unavailable_at
 from .fanout import Fanout
 from .gate import Gate
-from .queue import Ack, Op, put_config
+from .queue import Ack, Op
 from .repair import Repairs
 from .worker import Replica
 
@@ -183,26 +182,20 @@ class Writer:
                                                           *args), args, threads)
 
     def _rows(self, sync: bool, op: InnerOp) -> tuple[Call[Any], Callable[[], tuple[Any, ...]]]:
-        """The primary's write of `op` as rows, and the rows it stored for the replicas."""
-        made: list[PreparedBatch] = []
+        """The primary's write of `op`, and the rows it stored for the replicas."""
+        made: list[Any] = []
 
         async def call(s: Saver) -> Any:
             # `rows` holds only when the primary and every replica are `RowSaver`s (checked
             # once, by the checkpointer): so is whichever takes the write.
             saver = cast(RowSaver, s)
-            batch = await either(sync, saver.prepare_batch, saver.aprepare_batch, [op],
-                                 portable=True)
-            assert batch is not None  # a portable batch of one op is always made
-            await either(sync, saver.write_prepared, saver.awrite_prepared, [batch],
-                         as_put=True)  # one statement on PostgreSQL, as a bare put
-            made.append(batch)
-            epochs.append(getattr(s, "writer_epoch", None))
-            return put_config(batch)
+            config, rows = await either(sync, saver.write_op, saver.awrite_op, op)
+            # the rows, with the epoch of the primary that took them: a replica whose epoch
+            # is newer (promoted by another node) refuses them (`FencedError`)
+            made.append((rows, getattr(s, "writer_epoch", None)))
+            return config
 
-        # the rows, with the epoch of the primary that took them: a replica whose epoch is
-        # newer (promoted by another node) refuses them (`FencedError`)
-        epochs: list[int | None] = []
-        return call, lambda: (made[-1].rows(), epochs[-1])
+        return call, lambda: made[-1]
 
 
 def _frozen_put(serde: SerializerProtocol, config: RunnableConfig, checkpoint: Checkpoint,
