@@ -21,14 +21,13 @@ from typing import Any
 
 from tests.support.redis_servers import (
     HOST,
-    PORT_ATTEMPTS,
-    PortInUseError,
     RedisServer,
     RedisServerError,
     _executable,
     _remove_dirs,
     _spawn,
     free_port,
+    start_on_free_port,
 )
 from tests.support.tcp_link import HeldLink
 
@@ -159,18 +158,12 @@ def _ready(setup: SentinelSetup) -> bool:
 
 def _spawn_sentinel(master_port: int, dirs: list[Path], failover_timeout_ms: int
                     ) -> SentinelServer:
-    for attempt in range(1, PORT_ATTEMPTS + 1):
+    def make() -> SentinelServer:
         directory = Path(tempfile.mkdtemp(prefix="redis-sentinel-"))
         dirs.append(directory)
-        server = SentinelServer(free_port(), directory, master_port, failover_timeout_ms)
-        try:
-            server.start()
-        except PortInUseError:
-            if attempt == PORT_ATTEMPTS:
-                raise
-            continue
-        return server
-    raise AssertionError("unreachable")
+        return SentinelServer(free_port(), directory, master_port, failover_timeout_ms)
+
+    return start_on_free_port(make)
 
 
 @contextlib.contextmanager

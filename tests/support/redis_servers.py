@@ -25,10 +25,10 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
@@ -314,8 +314,17 @@ def _spawn(args: Sequence[str], *, cluster: bool, dirs: list[Path]) -> RedisServ
     _executable("redis-server")
     directory = Path(tempfile.mkdtemp(prefix="redis-test-"))
     dirs.append(directory)
+    return start_on_free_port(lambda: RedisServer(free_port(cluster=cluster), directory, args))
+
+
+S = TypeVar("S", bound="RedisServer")
+
+
+def start_on_free_port(make: Callable[[], S]) -> S:
+    """Start the server `make()` builds (on a port it picks), again with a new one while it
+    loses a race for its port."""
     for attempt in range(1, PORT_ATTEMPTS + 1):
-        server = RedisServer(free_port(cluster=cluster), directory, args)
+        server = make()
         try:
             server.start()
         except PortInUseError:
