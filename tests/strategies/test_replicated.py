@@ -490,6 +490,38 @@ def test_replicas_of_ours_store_the_primarys_rows(stores: Stores) -> None:
     assert not cp.status().replicas[0].needs_repair
 
 
+@pytest.mark.postgres
+def test_a_process_replica_that_refuses_a_write_is_marked_for_repair(stores: Stores) -> None:
+    """A replica given as a URL (applied in the replicator process) that refuses a write (a
+    delta whose base was deleted behind our back) has that thread marked for repair, and its
+    error shown, by the time `flush()` returns; `repair()` mends it."""
+    primary = stores.new("postgres")
+    path = stores.tmp_path / "refusing.db"
+    cp = stores.replicated(primary, [f"sqlite:///{path}"], names=["sqlite"])
+    assert cp._rows
+    chat = chat_graph().compile(checkpointer=cp)
+    for thread in ("a", "b"):
+        for turn in range(3):
+            chat.invoke({"messages": [human(f"{thread}{turn}")]}, cfg(thread))
+    assert cp.flush(10)
+    applied = cp.status().replicas[0].applied
+    with SQLiteCheckpointer(path) as replica:
+        replica.delete_thread("a")
+    chat.invoke({"messages": [human("a3")]}, cfg("a"))
+    chat.invoke({"messages": [human("b3")]}, cfg("b"))
+    assert cp.flush(10)
+    status = cp.status().replicas[0]
+    assert status.up and status.queued == 0, status
+    assert status.needs_repair and status.threads_to_repair == 1, status
+    assert "MissingBaseError" in (status.last_error or "") and status.failures >= 1, status
+    assert applied < status.applied, status
+    report = cp.repair()
+    assert report.replicas[0].checkpoints_copied > 0
+    with SQLiteCheckpointer(path) as replica:
+        assert_same(primary, replica)
+    assert not cp.status().replicas[0].needs_repair
+
+
 def test_rows_are_shipped_only_between_alike_checkpointers(stores: Stores) -> None:
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 

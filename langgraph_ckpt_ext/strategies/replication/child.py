@@ -20,7 +20,8 @@ from .pipe import read_frame, send_frame
 from .queue import Entry, Op
 from .worker import Replica
 
-_OUTBOX_EVERY = 0.002  # the child sends what its replicas did at most this often
+_OUTBOX_EVERY = 0.002  # the child tells what its replicas did at most this often
+_APPLIED_EVERY = 0.02  # ... and that they applied ops (all the parent's flush waits for)
 _UNBOUNDED = 1 << 62  # the parent bounds each queue
 
 
@@ -107,31 +108,79 @@ class _Deferred(BaseCheckpointSaver[Any]):
 
 
 class _Outbox:
-    """What the child's replicas did, sent to the parent in batches."""
+    """What the child's replicas did, sent to the parent in frames.
+
+    An event the parent acts on (a quorum write settled, one taken back, one refused, a
+    replica's health) goes within `_OUTBOX_EVERY`; that ops were applied goes as one mark per
+    replica (`("applied", index, seq, count)`: every op it was sent up to `seq` is done, and
+    its count of applied ops), within `_APPLIED_EVERY`, so a run of turns costs the parent a
+    few small frames rather than an event per op and replica. A frame holds the events in
+    order, then the health of each replica that changed, then the marks: the parent never sees
+    a replica's queue empty before it learned what that replica refused or how it fared."""
 
     def __init__(self, stream: IO[bytes]) -> None:
         self.stream = stream
+        self.replicas: list[ChildReplica] = []
         self.items: list[Any] = []
-        self.lock = threading.Lock()
-        self.wake = threading.Event()
+        self.marks: dict[int, int] = {}  # replica index -> the last op seq it is done with
+        self.lock = threading.Lock()  # taken after a replica's `cond`, never before
+        self.wake = threading.Event()  # something to send
+        self.urgent = threading.Event()  # something to send soon
+        self._send_lock = threading.Lock()  # one frame at a time, in order
+        self._health: dict[int, tuple[bool, int, str | None]] = {}  # as last sent
 
     def put(self, item: Any) -> None:
         with self.lock:
             self.items.append(item)
+        self.urgent.set()
+        self.wake.set()
+
+    def done(self, index: int, seq: int) -> None:
+        """Replica `index` is done with op `seq` and every op before it (under its `cond`)."""
+        with self.lock:
+            self.marks[index] = seq
         self.wake.set()
 
     def run(self) -> None:
         while True:
             self.wake.wait()
             time.sleep(_OUTBOX_EVERY)  # let a few more come
+            if not self.urgent.is_set():
+                self.urgent.wait(_APPLIED_EVERY - _OUTBOX_EVERY)
             self.wake.clear()
+            self.urgent.clear()
             self.flush()
 
+    def health_changed(self) -> bool:
+        """Whether a replica's health differs from what the parent was last told."""
+        return any(self._health.get(r.index) != _health(r) for r in self.replicas)
+
     def flush(self) -> None:
-        with self.lock:
-            items, self.items = self.items, []
+        with self._send_lock:
+            with self.lock:
+                items, self.items = self.items, []
+                marks, self.marks = self.marks, {}
+            # read after the events and marks were taken: at least as new as they are
+            states = [(r, _health(r), _applied(r)) for r in self.replicas]
+            for r, state, _ in states:
+                if self._health.get(r.index) != state:
+                    self._health[r.index] = state
+                    items.append(("health", r.index, *state))
+            items += [("applied", i, seq, applied) for r, _, applied in states
+                      if (seq := marks.get(i := r.index)) is not None]
             if items:
                 send_frame(self.stream, ("events", items))
+
+
+def _health(r: ChildReplica) -> tuple[bool, int, str | None]:
+    with r.cond:
+        err = r.last_error
+        return r.up, r.failures, None if err is None else describe(err)
+
+
+def _applied(r: ChildReplica) -> int:
+    with r.cond:
+        return r.applied
 
 
 class ChildReplica(Replica):
@@ -151,11 +200,11 @@ class ChildReplica(Replica):
     def _pop(self, entry: Entry) -> None:
         if self.queue and self.queue[0] is entry:
             super()._pop(entry)
-            self.outbox.put(("applied", self.index, entry.op.seq))
+            self.outbox.done(self.index, entry.op.seq)
 
     def _mark(self, op: Op) -> None:
         super()._mark(op)
-        self.outbox.put(("refused", self.index, op.seq))
+        self.outbox.put(("refused", self.index, op.kind, op.threads))
 
 
 def _open(specs: Sequence[tuple[str, str, dict[str, Any]]], linger: float, outbox: _Outbox
@@ -173,19 +222,14 @@ def _open(specs: Sequence[tuple[str, str, dict[str, Any]]], linger: float, outbo
     return replicas
 
 
-def _watch(replicas: list[ChildReplica], outbox: _Outbox) -> None:
-    """Tell the parent when a replica goes down or comes back."""
-    seen: dict[int, tuple[bool, int]] = {}
+def _watch(outbox: _Outbox) -> None:
+    """Tell the parent when a replica goes down or comes back, or fails again, while it
+    applies nothing (its frames tell it otherwise)."""
     while True:
         time.sleep(0.05)
-        for r in replicas:
-            with r.cond:
-                state = (r.up, r.failures)
-                err = r.last_error
-            if seen.get(r.index) != state:
-                seen[r.index] = state
-                outbox.put(("health", r.index, state[0], state[1],
-                            None if err is None else describe(err)))
+        if outbox.health_changed():
+            outbox.urgent.set()
+            outbox.wake.set()
 
 
 def _serve(stdin: IO[bytes], replicas: list[ChildReplica], outbox: _Outbox) -> None:
@@ -226,13 +270,14 @@ def child_main() -> None:  # pragma: no cover - runs in the child; covered by it
     outbox = _Outbox(stdout)
     try:
         hello = read_frame(stdin)
-        replicas = _open(hello[1], float(hello[2].get("linger", 0.0)), outbox)
+        replicas = outbox.replicas = _open(hello[1], float(hello[2].get("linger", 0.0)),
+                                           outbox)
     except BaseException as exc:
         send_frame(stdout, ("fatal", describe(exc)))
         return
     send_frame(stdout, ("ready",))
     threading.Thread(target=outbox.run, daemon=True).start()
-    threading.Thread(target=_watch, args=(replicas, outbox), daemon=True).start()
+    threading.Thread(target=_watch, args=(outbox,), daemon=True).start()
     _serve(stdin, replicas, outbox)
     for r in replicas:
         r.stop()

@@ -68,8 +68,11 @@ class Health:
 
     def _mark(self, op: Op) -> None:
         """An op this replica will not get: its threads (all, if it names none) to repair."""
-        if op.threads and op.kind != "delete_runs":
-            self.to_repair.update(op.threads)
+        self._mark_threads(op.kind, op.threads)
+
+    def _mark_threads(self, kind: str, threads: tuple[str, ...]) -> None:
+        if threads and kind != "delete_runs":
+            self.to_repair.update(threads)
         else:
             self.repair_all = True
 

@@ -249,10 +249,11 @@ class ProcessReplica(Health):
             op = self.acks.pop(seq, None)
             if op is not None:
                 self._settle(op, None if error is None else RemoteError(error))
-        elif kind == "applied":
-            op = self.pending.pop(rest[0], None)
-            if op is not None:
-                self.applied += 1
+        elif kind == "applied":  # every op sent to it up to `seq` is done
+            seq, self.applied = rest
+            pending = self.pending
+            while pending and next(iter(pending)) <= seq:
+                _, op = pending.popitem(last=False)
                 self._unbusy(op.threads)
                 if op.seq in self.withdrawn:  # too late: it holds a write that failed
                     self.withdrawn.discard(op.seq)
@@ -262,10 +263,8 @@ class ProcessReplica(Health):
             op = self.pending.pop(rest[0], None)
             if op is not None:
                 self._unbusy(op.threads)
-        elif kind == "refused":
-            op = self.pending.get(rest[0])
-            if op is not None:
-                self._mark(op)
+        elif kind == "refused":  # it refused an op: the op's threads to repair
+            self._mark_threads(*rest)
         elif kind == "health":
             if rest[0] and not self.up:  # back after an outage: it may have lost data
                 self.repair_all = True
