@@ -29,14 +29,19 @@ Per variant (best of `--rounds` by turns/s; cpu, flush and queue columns: mean o
   p50/p99 ms        per `ainvoke` (one turn)
   cpu ms            process CPU per turn (`time.process_time`: every thread of the process, so
                     the replicas' worker threads and their private event loops too), the final
-                    flush included
+                    flush included; its part in the kernel is printed below the table
   cpu by thread     (printed below the table) that CPU split by thread: the graph's loop, the
                     replicas' worker threads and their stores' threads (a RedisCheckpointer's
                     private loop, aiosqlite's thread, ...); `--linger S` sets how long a
                     replica gathers writes into one batch
   cpu x             that CPU per turn over bare's: what replication costs the graph's own
-                    process, whatever the machine's free cores (target <= 1.15x); for the
-                    -proc variants the replicator process's CPU per turn is printed apart
+                    process (target <= 1.15x); for the -proc variants the replicator
+                    process's CPU per turn is printed apart. Below the table, each round's
+                    ratio to bare's of the same round too, and their median. On a small
+                    machine these seconds grow with whatever runs on the other core (the
+                    replicator process, the replicas' servers): against bare+neighbour's,
+                    when it ran, that part is taken out; `bench_replicated_instructions.py`
+                    counts the instructions instead, which no neighbour changes
   queued            ops still queued for the replicas when the last turn returned (sum)
   flush ms          how long `aflush()` then took: the replication lag left at the end
   repairs           anti_entropy: background repairs that ran during the run, and what they
@@ -48,7 +53,8 @@ counts are printed and must be equal (OK / MISMATCH). Then, per wrapper mode, it
 as a fraction of bare's and the cost in percent, and the graph process's CPU per turn against
 bare's (with the replicator process's beside it). `--json PATH` writes every figure: per
 concurrency and variant, the best round's turns/s and p50/p99, the means of the cpu, queue and
-flush columns, `cpu_x` and `replicator_cpu_x` (over bare's cpu ms), `cpu_threads_ms` (CPU per
+flush columns, `cpu_x` and `replicator_cpu_x` (over bare's cpu ms), `cpu_x_rounds` (each
+round's over bare's of that round), `cpu_threads_ms` (CPU per
 turn by thread group), and every round's figures.
 
 Run: `python benchmarks/bench_replicated.py [--quick] [--threads N] [--turns N] [--rounds N]
@@ -227,6 +233,7 @@ async def run_variant(variant: str, args: argparse.Namespace, concurrency: int
         gc.collect()
         child0 = child_cpu(wrapper) if wrapper is not None else 0.0
         t0, cpu0, threads0 = time.perf_counter(), time.process_time(), thread_cpu()
+        sys0 = os.times().system
         if concurrency == 1:
             for tid in tids:
                 await run_thread(tid)
@@ -242,6 +249,7 @@ async def run_variant(variant: str, args: argparse.Namespace, concurrency: int
             if not flushed:
                 print(f"  [{variant}] aflush timed out after 120 s", file=sys.stderr)
         cpu = time.process_time() - cpu0
+        system = os.times().system - sys0
         threads1 = thread_cpu()
         by_thread = {k: v - threads0.get(k, 0.0) for k, v in threads1.items()}
         child = child_cpu(wrapper) - child0 if wrapper is not None else 0.0
@@ -277,6 +285,7 @@ async def run_variant(variant: str, args: argparse.Namespace, concurrency: int
         "p50_ms": 1000 * lat[len(lat) // 2],
         "p99_ms": 1000 * lat[min(len(lat) - 1, int(len(lat) * 0.99))],
         "cpu_ms": 1000 * cpu / turns,
+        "sys_ms": 1000 * system / turns,
         "cpu_threads_ms": {k: 1000 * v / turns for k, v in sorted(
             by_thread.items(), key=lambda kv: -kv[1]) if v > 0},
         "child_cpu_ms": 1000 * child / turns,
@@ -326,6 +335,10 @@ async def run(args: argparse.Namespace, concurrency: int) -> dict[str, Any]:
     for variant, rows in results.items():
         b = best[variant]
         b["cpu_x"] = b["cpu_ms"] / base_cpu
+        # each round's cpu over bare's of the same round: the machine's drift between rounds
+        # cancels out
+        b["cpu_x_rounds"] = [r["cpu_ms"] / bare["cpu_ms"]
+                             for r, bare in zip(rows, results["bare"], strict=True)]
         b["replicator_cpu_x"] = b["child_cpu_ms"] / base_cpu
         bad = [r["counts"] for r in rows if len(set(r["counts"])) != 1]
         b["counts_equal"] = not bad
@@ -360,7 +373,7 @@ def _best(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The round with the most turns/s, with the cpu, queue and flush columns' means."""
     b = max(rows, key=lambda r: r["turns_per_s"])
     mean = {k: statistics.fmean(r[k] for r in rows)
-            for k in ("cpu_ms", "child_cpu_ms", "queued", "flush_ms")}
+            for k in ("cpu_ms", "sys_ms", "child_cpu_ms", "queued", "flush_ms")}
     groups = {k for r in rows for k in r["cpu_threads_ms"]}
     threads = {k: statistics.fmean(r["cpu_threads_ms"].get(k, 0.0) for r in rows)
                for k in groups}
@@ -392,8 +405,18 @@ def _print_ratios(best: dict[str, dict[str, Any]]) -> None:
         child = (f"; replicator process {row['child_cpu_ms']:.2f} ms "
                  f"({row['replicator_cpu_x']:.2f}x), both {row['cpu_x'] + row['replicator_cpu_x']:.2f}x"
                  if row["child_cpu_ms"] else "")
+        rounds = " ".join(f"{x:.2f}" for x in row["cpu_x_rounds"])
         print(f"  {variant:<13} {row['cpu_ms']:6.2f} ms  {row['cpu_x']:.2f}x ({verdict} target)"
-              + child)
+              + child + f"; round by round {rounds}, median "
+              f"{statistics.median(row['cpu_x_rounds']):.2f}x; in the kernel "
+              f"{row['sys_ms']:.2f} ms (bare's {base['sys_ms']:.2f})")
+    neighbour = best.get("bare+neighbour")
+    if neighbour is not None:
+        print(f"  bare+neighbour's {neighbour['cpu_ms']:.2f} ms ({neighbour['cpu_x']:.2f}x) is "
+              "what a process that only burns CPU beside the graph adds here; against it:")
+        for variant, row in best.items():
+            if row.get("child_cpu_ms"):
+                print(f"  {variant:<13} {row['cpu_ms'] / neighbour['cpu_ms']:.2f}x")
     print("CPU per turn by thread (ms; threads alive at the end of the run):")
     for variant, row in best.items():
         print(f"  {variant:<13} " + ", ".join(
