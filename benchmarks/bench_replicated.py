@@ -87,7 +87,7 @@ from langchain_core.messages import HumanMessage
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jsonout
 from bench_backends import build_graph, text
-from places import drop
+from places import drop, server_options
 
 from langgraph_ckpt_ext import (
     PostgresCheckpointer,
@@ -425,10 +425,7 @@ def _print_ratios(best: dict[str, dict[str, Any]]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--dsn", default=os.environ.get(
-        "LGCKPT_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test"))
-    p.add_argument("--redis-url", default=os.environ.get(
-        "LGCKPT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    server_options(p)
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS),
                    help="the variants to run (bare always runs)")
     p.add_argument("--threads", type=int, default=16)

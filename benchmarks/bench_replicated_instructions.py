@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jsonout
 from bench_backends import build_graph, text
 from bench_replicated import CPU_TARGET, REPLICAS, VARIANTS
-from places import drop
+from places import drop, server_options
 
 from langgraph_ckpt_ext import (
     PostgresCheckpointer,
@@ -121,10 +121,7 @@ def count(variant: str, threads: int, args: argparse.Namespace) -> int:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--dsn", default=os.environ.get(
-        "LGCKPT_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test"))
-    p.add_argument("--redis-url", default=os.environ.get(
-        "LGCKPT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    server_options(p)
     p.add_argument("--variants", nargs="+", default=["bare", "async-proc"], choices=CHOICES,
                    help="the variants to count (bare always runs)")
     p.add_argument("--turns", type=int, default=10, help="turns per thread")

@@ -4,6 +4,7 @@ file, a PostgreSQL schema, a Redis key prefix: never FLUSHDB, the server may be 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 import asyncpg
@@ -11,6 +12,15 @@ import redis.asyncio as aioredis
 
 from langgraph_ckpt_ext import connect
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
+
+
+def server_options(p: argparse.ArgumentParser) -> None:
+    """`--dsn` and `--redis-url`: the servers a run's stores go on (the test suite's, by
+    default)."""
+    p.add_argument("--dsn", default=os.environ.get(
+        "LGCKPT_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test"))
+    p.add_argument("--redis-url", default=os.environ.get(
+        "LGCKPT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
 
 
 def open_saver(backend: str, place: str, args: argparse.Namespace, **options: Any) -> StoreCheckpointer:
