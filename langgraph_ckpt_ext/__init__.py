@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from .core.rows import MigrationEntry
     from .core.schema import SchemaChain, SchemaStep
     from .core.sealing import Compression, Encryption
+    from .core.telemetry import Telemetry
     from .migrations.runner import MigrationProgress, MigrationReport
     from .state import (
         AgentSnapshot,
@@ -95,6 +96,7 @@ _LAZY = {
     **dict.fromkeys(("ErasureReport", "Retention", "SweepReport", "ThreadState"),
                     ".core.retention"),
     "SchemaChain": ".core.schema",
+    "Telemetry": ".core.telemetry",
     "SchemaStep": ".core.schema",
     "MigrationProgress": ".migrations.runner",
     "MigrationReport": ".migrations.runner",
@@ -167,6 +169,7 @@ __all__ = [
     "StoreBusyError",
     "StoreUnavailableError",
     "SweepReport",
+    "Telemetry",
     "ThreadDeletedError",
     "ThreadExistsError",
     "ThreadLeasedError",

@@ -34,6 +34,7 @@ from ..core.rows import (
 from ..core.saver import DEFAULT_TOMBSTONE_TTL
 from ..core.sealing import Compression, Encryption
 from ..core.store import BatchItem, GcPlanner, try_lock, write_in_turn
+from ..core.telemetry import Telemetry
 from ..core.urls import parse_url
 from ..migrations import SchemaChain
 from .checkpointer import Checkpointer
@@ -616,6 +617,8 @@ class InMemoryCheckpointer(Checkpointer):
         audit_keys: seal the audit trail with HMAC-SHA256 under these keys (`KeyProvider`;
             separate from the encryption keys), so that it cannot be forged without them:
             see `StoreCheckpointer`, `verify`.
+        telemetry: OpenTelemetry spans and metrics (`Telemetry`); None: the global providers
+            once configured; False: none. See `StoreCheckpointer`.
 
     Example:
         >>> from langgraph_ckpt_ext import InMemoryCheckpointer
@@ -639,6 +642,7 @@ class InMemoryCheckpointer(Checkpointer):
         encryption: Encryption | None = None,
         compression: Compression | bool | None = None,
         audit_keys: KeyProvider | None = None,
+        telemetry: Telemetry | bool | None = None,
     ) -> None:
         super().__init__(
             MemoryStore(), serde=serde, snapshot_every=snapshot_every,
@@ -647,6 +651,7 @@ class InMemoryCheckpointer(Checkpointer):
             retention=retention, sweep_every=sweep_every, writers=writers,
             tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
             encryption=encryption, compression=compression, audit_keys=audit_keys,
+            telemetry=telemetry,
         )
 
     @classmethod

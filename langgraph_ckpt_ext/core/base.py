@@ -15,6 +15,7 @@ from .appendlog import AppendLog
 from .bridge import Bridge, iterate_inline, run_inline
 from .rows import CheckpointRow
 from .store import Store
+from .telemetry import Telemetry
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -52,6 +53,11 @@ class SaverBase(BaseCheckpointSaver[str]):
     primary's): the store refuses its guarded writes once its own epoch is newer."""
     _redaction: Redaction | None
     """Which metadata keys are secrets, kept out of storage (None: none)."""
+    telemetry: Telemetry
+    """Where this checkpointer's spans and metric points go (`core.telemetry`)."""
+    db_system: str | None = None
+    """The backend as OpenTelemetry names database systems (`"postgresql"`, ...); None
+    for the in-memory one."""
     replica_apply: bool = False
     """This checkpointer is a replica of a `ReplicatedCheckpointer`: what it is given to
     write was decided by the primary, so only the epoch is checked (no head rule, tombstone

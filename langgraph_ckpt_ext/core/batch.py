@@ -14,12 +14,14 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from .base import SaverBase
 from .guard import Guard, apply_guard
 from .store import BatchItem
-from .writing import PreparedPut, Writing, portable_blobs
+from .telemetry import batch_thread, rows_thread, traced
+from .writing import PreparedPut, Writing, count_items, portable_blobs
 
 
 class Batches(Writing):
     """The batch methods of `StoreCheckpointer`."""
 
+    @traced("put_batch", batch_thread)
     async def aput_batch(self, ops: Sequence[tuple[Any, ...]], *, copy: bool = False) -> None:
         """Store checkpoints and writes in order, in one batch (one transaction or round trip
         where the backend allows). Each op is `("put", config, checkpoint, metadata,
@@ -118,13 +120,16 @@ class Batches(Writing):
                            ) -> list[set[str]]:
         if not items:
             return []
-        return await self._store.write_batch(
+        fell_back = await self._store.write_batch(
             items, guards if any(g is not None for g in guards) else None)
+        count_items(items)
+        return fell_back
 
     def write_prepared(self, batches: Sequence[PreparedBatch]) -> None:
         """Sync `awrite_prepared`."""
         self.run_sync(self.awrite_prepared(batches))
 
+    @traced("write_rows", rows_thread)
     async def awrite_rows(self, items: Sequence[BatchItem], *, epoch: int | None = None
                           ) -> None:
         """Store rows another checkpointer made (`PreparedBatch.rows()`), as one batch: a
@@ -136,6 +141,7 @@ class Batches(Writing):
         if items:
             guard = apply_guard(epoch)
             await self._store.write_batch(items, None if guard is None else [guard] * len(items))
+            count_items(items)
 
     def write_rows(self, items: Sequence[BatchItem], *, epoch: int | None = None) -> None:
         """Sync `awrite_rows`."""

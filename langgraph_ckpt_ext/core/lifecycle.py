@@ -37,6 +37,7 @@ from .retention import (
     thread_digest,
 )
 from .rows import ListQuery
+from .telemetry import config_thread, no_thread, traced
 
 _log = logging.getLogger("langgraph_ckpt_ext.lifecycle")
 
@@ -203,6 +204,7 @@ class Lifecycle(Pruning, BackgroundSweeping):
         while len(self._touched) > _TOUCHED:
             self._touched.popitem(last=False)
 
+    @traced("get_tuple", config_thread)
     async def aget_tuple(self, config: Any) -> CheckpointTuple | None:
         found = await super().aget_tuple(config)
         policy = self._retention
@@ -247,6 +249,10 @@ class Lifecycle(Pruning, BackgroundSweeping):
             return True
         return False
 
+    @traced("sweep", no_thread, lambda r: {
+        "threads_examined": r.examined, "threads_deleted": len(r.deleted),
+        "threads_trimmed": len(r.trimmed), "checkpoints_deleted": r.checkpoints_deleted,
+        "threads_busy": len(r.busy), "threads_paused": len(r.paused)})
     async def _sweep_pass(
         self,
         limit: int | None,

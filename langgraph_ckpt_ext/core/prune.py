@@ -15,6 +15,7 @@ from .config import check_id, check_ids
 from .retention import LifecycleEvent, thread_digest
 from .rows import BlobRef, CheckpointRow, ListQuery
 from .store import BlobKey
+from .telemetry import no_thread, traced
 
 
 class Pruning(SaverBase):
@@ -23,6 +24,7 @@ class Pruning(SaverBase):
     if TYPE_CHECKING:
         async def _audited(self) -> bool: ...
 
+    @traced("delete_for_runs", no_thread)
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         ids = check_ids(run_ids, "run_id")
         if not ids:
@@ -34,6 +36,7 @@ class Pruning(SaverBase):
             await self._store.delete_checkpoints(thread_id, victims, self._plan_gc)
             self._log.forget(thread_id)
 
+    @traced("prune", no_thread)
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune threads: `"delete"` removes them; `"keep_latest"` keeps each namespace's newest
         checkpoint, plus the ancestors (and their writes) that its `DeltaChannel`s still need

@@ -25,6 +25,7 @@ from .config import check_ids, checkpoint_id_of, checkpoint_ns_of, make_config, 
 from .filters import matches, validate_filter
 from .guard import HEAD_KEY
 from .rows import CheckpointRow, ListQuery, WriteRow
+from .telemetry import config_thread
 from .upgrade import upgrade_read
 
 
@@ -86,7 +87,21 @@ class Reading(SaverBase):
             return upgrade_read(tup, self.schema_chain)
         return tup
 
-    async def alist(
+    def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        items = self._alist(config, filter=filter, before=before, limit=limit)
+        if not self.telemetry.on:
+            return items
+        return self.telemetry.listing(
+            self.db_system, None if config is None else config_thread(config), items)
+
+    async def _alist(
         self,
         config: RunnableConfig | None,
         *,

@@ -52,6 +52,7 @@ from .sealedstore import SealedStore
 from .sealing import Compression, Encryption, Sealer
 from .serde import loading_serde, strict_serde
 from .store import Store
+from .telemetry import Telemetry, first_thread, telemetry_of, traced
 from .versions import Version, next_version
 
 __all__ = [
@@ -131,6 +132,10 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
             that someone who can write the store but lacks the key cannot forge a trail; and
             `verify` checks records under the key ids they name. None: unkeyed sha256 records,
             tamper-evident only against someone who cannot also rewrite them.
+        telemetry: OpenTelemetry spans and metrics of its operations (`Telemetry`: which
+            providers, how thread ids show). None (default): the global providers, once an
+            application configures them (nothing is recorded before, nor without the `otel`
+            extra); False: none.
     """
 
     _where = ""  # what `repr` shows of where it stores: a path, a URL without its password
@@ -154,7 +159,9 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
         encryption: Encryption | None = None,
         compression: Compression | bool | None = None,
         audit_keys: KeyProvider | None = None,
+        telemetry: Telemetry | bool | None = None,
     ) -> None:
+        self.telemetry = telemetry_of(telemetry)
         self._redaction = redaction(redact_metadata)
         self._sealer = Sealer(encryption, Compression() if compression is True
                               else compression or None)
@@ -302,6 +309,7 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
 
     # -- deleting and copying ---------------------------------------------------------------
 
+    @traced("delete_thread", first_thread)
     async def adelete_thread(self, thread_id: str) -> None:
         thread_id = check_id(thread_id, "thread_id", required=True)
         await self._store.delete_thread(thread_id, self._tombstone_ttl is not None)
@@ -355,6 +363,7 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
         """`"single"` or `"last_wins"` (see the constructor)."""
         return "single" if self._single else "last_wins"
 
+    @traced("copy_thread", first_thread)
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         source = check_id(source_thread_id, "source_thread_id", required=True)
         target = check_id(target_thread_id, "target_thread_id", required=True)

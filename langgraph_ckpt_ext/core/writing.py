@@ -23,12 +23,14 @@ from .config import make_config, put_ids, write_ids
 from .guard import Guard, apply_guard, put_guard, writes_guard
 from .rows import BlobRow, CheckpointRow, WriteRow
 from .store import BatchItem
+from .telemetry import config_thread, count, note, traced, tracing
 from .versions import any_upgraded, is_upgraded, plain, version_key
 
 
 class Writing(Auditing):
     """`aput` and `aput_writes` of `StoreCheckpointer`, and the preparing of a put's rows."""
 
+    @traced("put", config_thread)
     async def aput(
         self,
         config: RunnableConfig,
@@ -56,6 +58,12 @@ class Writing(Auditing):
         guard = self._apply_guard() if copy else put.guard
         fell_back = await self._store.write_checkpoint(put.row, put.blobs, guard)
         self._stored(put, fell_back)
+        if tracing():
+            deltas = sum(b.base_version is not None and b.channel not in fell_back
+                         for b in put.blobs)
+            count(rows=1 + len(put.blobs), bytes=_put_bytes(put), channels=len(put.blobs),
+                  delta_channels=deltas)
+            note(namespace_depth=_depth(put.row.checkpoint_ns))
         return put
 
     async def _prepare_put(
@@ -163,6 +171,7 @@ class Writing(Auditing):
                 rows.append((key, BlobRow(ch, vkey, *codec.dumps(self.serde, values[ch], what))))
         return rows
 
+    @traced("put_writes", config_thread)
     async def aput_writes(
         self,
         config: RunnableConfig,
@@ -190,6 +199,9 @@ class Writing(Auditing):
                 await self._store.write_writes(rows, guard)
         else:
             await self._store.write_writes(rows, guard)
+        if tracing():
+            count(rows=len(rows), bytes=sum(len(r.data) for r in rows))
+            note(namespace_depth=_depth(rows[0].checkpoint_ns))
         return rows
 
     async def awrite_op(self, op: tuple[Any, ...]
@@ -198,6 +210,15 @@ class Writing(Auditing):
         / `aput_writes` store it, and give back what `aput` returns (None for writes) and the
         rows it stored, for another of our stores (`awrite_rows`): a replicated write is
         encoded once, by the primary."""
+        telemetry = self.telemetry
+        if not telemetry.on:
+            return await self._write_op(op)
+        with telemetry.operation(self.db_system, "put" if op[0] == "put" else "put_writes",
+                                 config_thread(op[1])):
+            return await self._write_op(op)
+
+    async def _write_op(self, op: tuple[Any, ...]
+                        ) -> tuple[RunnableConfig | None, builtins.list[BatchItem]]:
         if op[0] == "put":
             put = await self._put(op[1], op[2], op[3], op[4], portable=True)
             row = put.row
@@ -223,6 +244,34 @@ class Writing(Auditing):
         return codec.encode_writes(
             self.serde, thread_id, ns, checkpoint_id, writes, task, task_path
         )
+
+
+def _put_bytes(put: PreparedPut) -> int:
+    return _row_bytes(put.row, put.blobs)
+
+
+def _row_bytes(row: CheckpointRow, blobs: Sequence[BlobRow]) -> int:
+    return len(row.checkpoint[1]) + len(row.metadata[1]) + sum(len(b.data) for b in blobs)
+
+
+def count_items(items: Sequence[BatchItem]) -> None:
+    """Count the rows and bytes of a batch for the operation traced, if one is."""
+    if not tracing():
+        return
+    rows = size = 0
+    for item in items:
+        if isinstance(item, tuple):
+            rows += 1 + len(item[1])
+            size += _row_bytes(*item)
+        else:
+            rows += len(item)
+            size += sum(len(w.data) for w in item)
+    count(rows=rows, bytes=size)
+
+
+def _depth(ns: str) -> int:
+    """How deep a checkpoint namespace is: 0 for the root graph, 1 for a subgraph, ..."""
+    return 0 if not ns else ns.count("|") + 1
 
 
 def portable_blobs(blobs: Sequence[BlobRow]) -> builtins.list[BlobRow]:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from ..core.config import check_ids
 from ..core.errors import InvalidConfigError
 from ..core.saver import StoreCheckpointer
+from ..core.telemetry import no_thread, traced
 from .runner import MigrationProgress, MigrationReport, migrate_threads
 
 
@@ -53,6 +54,9 @@ class Migrating:
             )
         )
 
+    @traced("migrate_threads", no_thread, lambda r: {
+        "threads_seen": r.threads_seen, "threads_migrated": r.threads_migrated,
+        "checkpoints_migrated": r.checkpoints_migrated, "writes_migrated": r.writes_migrated})
     async def amigrate_threads(
         self,
         thread_ids: Sequence[str] | None = None,

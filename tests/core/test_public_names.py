@@ -21,8 +21,8 @@ PUBLIC: dict[str, list[str]] = {
         "Retention", "RotationProgress", "RotationReport", "SQLiteCheckpointer", "SchemaChain",
         "SchemaStep", "SchemaVersionError", "SerializationError", "SmartCheckpointer", "StaticKeys",
         "StorageVersionError", "StoreBusyError", "StoreUnavailableError", "SweepReport",
-        "ThreadDeletedError", "ThreadExistsError", "ThreadLeasedError", "ThreadNotFoundError",
-        "ThreadState", "ToolCall", "ToolSpec", "UnknownKeyError", "WorkingMemory",
+        "Telemetry", "ThreadDeletedError", "ThreadExistsError", "ThreadLeasedError",
+        "ThreadNotFoundError", "ThreadState", "ToolCall", "ToolSpec", "UnknownKeyError", "WorkingMemory",
         "aload_agent_state", "connect", "load_agent_state", "new_key",
     ],
     "langgraph_ckpt_ext.cli": [

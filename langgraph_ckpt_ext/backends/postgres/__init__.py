@@ -15,6 +15,7 @@ from ...core.opening import Opening, set_up
 from ...core.retention import Retention
 from ...core.saver import DEFAULT_TOMBSTONE_TTL, loading_serde
 from ...core.sealing import Compression, Encryption
+from ...core.telemetry import Telemetry
 from ...core.urls import parse_url, redact
 from ...migrations import SchemaChain
 from ..checkpointer import Checkpointer
@@ -81,6 +82,8 @@ class PostgresCheckpointer(Checkpointer):
         audit_keys: seal the audit trail with HMAC-SHA256 under these keys (`KeyProvider`;
             separate from the encryption keys), so that it cannot be forged without them:
             see `StoreCheckpointer`, `verify`.
+        telemetry: OpenTelemetry spans and metrics (`Telemetry`); None: the global providers
+            once configured; False: none. See `StoreCheckpointer`.
         read_replicas: DSNs of read replicas (streaming standbys), or `host:port` entries
             (user, database and options as in `conn`, which must then be a DSN). History
             reads (`list`, `get_state_history`, time travel, `lgckpt` and exports) go to a
@@ -99,6 +102,8 @@ class PostgresCheckpointer(Checkpointer):
         >>> async with PostgresCheckpointer.from_conn_string(dsn) as cp:  # doctest: +SKIP
         ...     graph = builder.compile(checkpointer=cp)
     """
+
+    db_system = "postgresql"
 
     def __init__(
         self,
@@ -121,6 +126,7 @@ class PostgresCheckpointer(Checkpointer):
         encryption: Encryption | None = None,
         compression: Compression | bool | None = None,
         audit_keys: KeyProvider | None = None,
+        telemetry: Telemetry | bool | None = None,
         read_replicas: Sequence[str] = (),
         replica_wait: float = 0.5,
         **pool_options: Any,
@@ -152,6 +158,7 @@ class PostgresCheckpointer(Checkpointer):
             retention=retention, sweep_every=sweep_every, writers=writers,
             tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
             encryption=encryption, compression=compression, audit_keys=audit_keys,
+            telemetry=telemetry,
         )
         if setup:
             self._setup_or_close()

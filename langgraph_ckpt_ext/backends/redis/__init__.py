@@ -15,6 +15,7 @@ from ...core.opening import Opening, set_up
 from ...core.retention import Retention
 from ...core.saver import DEFAULT_TOMBSTONE_TTL, loading_serde
 from ...core.sealing import Compression, Encryption
+from ...core.telemetry import Telemetry
 from ...core.urls import parse_url, redact
 from ...migrations import SchemaChain
 from ..checkpointer import Checkpointer
@@ -91,6 +92,8 @@ class RedisCheckpointer(Checkpointer):
         audit_keys: seal the audit trail with HMAC-SHA256 under these keys (`KeyProvider`;
             separate from the encryption keys), so that it cannot be forged without them:
             see `StoreCheckpointer`, `verify`.
+        telemetry: OpenTelemetry spans and metrics (`Telemetry`); None: the global providers
+            once configured; False: none. See `StoreCheckpointer`.
         wait_replicas: after each write that changes checkpoints (put, put_writes, deletes),
             wait for this many replicas to acknowledge it (Redis's `WAIT`, on the connection
             that wrote); fewer in time raises `ReplicaAckError`, the write then being on the
@@ -103,6 +106,8 @@ class RedisCheckpointer(Checkpointer):
         >>> async with RedisCheckpointer.from_conn_string("redis://localhost:6379", ttl=3600) as cp:
         ...     graph = builder.compile(checkpointer=cp)  # doctest: +SKIP
     """
+
+    db_system = "redis"
 
     def __init__(
         self,
@@ -127,6 +132,7 @@ class RedisCheckpointer(Checkpointer):
         encryption: Encryption | None = None,
         compression: Compression | bool | None = None,
         audit_keys: KeyProvider | None = None,
+        telemetry: Telemetry | bool | None = None,
         wait_replicas: int = 0,
         wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
         **client_options: Any,
@@ -156,6 +162,7 @@ class RedisCheckpointer(Checkpointer):
             retention=retention, sweep_every=sweep_every, writers=writers,
             tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
             encryption=encryption, compression=compression, audit_keys=audit_keys,
+            telemetry=telemetry,
         )
         if self._tombstone_ttl is not None:
             store.tombstone_ttl_ms = max(1, int(self._tombstone_ttl * 1000))

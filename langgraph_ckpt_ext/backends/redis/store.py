@@ -55,7 +55,7 @@ from . import scripts
 from .layout import LAYOUT_VERSION, check_parts, guard_keys, thread_keys
 
 Client = Any  # redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("langgraph_ckpt_ext.redis")
 
 _PAGE = 64
 _FIRST = 8  # rows read from each thread before a listing across threads starts merging

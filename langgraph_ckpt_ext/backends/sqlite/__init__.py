@@ -17,6 +17,7 @@ from ...core.opening import Opening, set_up
 from ...core.retention import Retention
 from ...core.saver import DEFAULT_TOMBSTONE_TTL, check_tombstone_ttl, loading_serde
 from ...core.sealing import Compression, Encryption
+from ...core.telemetry import Telemetry
 from ...core.urls import parse_url
 from ...migrations import SchemaChain
 from ..checkpointer import Checkpointer
@@ -127,12 +128,16 @@ class SQLiteCheckpointer(Checkpointer):
         audit_keys: seal the audit trail with HMAC-SHA256 under these keys (`KeyProvider`;
             separate from the encryption keys), so that it cannot be forged without them:
             see `StoreCheckpointer`, `verify`.
+        telemetry: OpenTelemetry spans and metrics (`Telemetry`); None: the global providers
+            once configured; False: none. See `StoreCheckpointer`.
 
     Example:
         >>> cp = SQLiteCheckpointer("agent.db")                      # doctest: +SKIP
         >>> graph = builder.compile(checkpointer=cp)                  # doctest: +SKIP
         >>> graph.invoke(inputs, {"configurable": {"thread_id": "t-1"}})  # doctest: +SKIP
     """
+
+    db_system = "sqlite"
 
     def __init__(
         self,
@@ -155,6 +160,7 @@ class SQLiteCheckpointer(Checkpointer):
         encryption: Encryption | None = None,
         compression: Compression | bool | None = None,
         audit_keys: KeyProvider | None = None,
+        telemetry: Telemetry | bool | None = None,
         _store: SQLiteStore | None = None,
     ) -> None:
         # Refused before any connection opens; the serializer then goes in as it is.
@@ -178,6 +184,7 @@ class SQLiteCheckpointer(Checkpointer):
             retention=retention, sweep_every=sweep_every, writers=writers,
             tombstone_ttl=tombstone_ttl, redact_metadata=redact_metadata,
             encryption=encryption, compression=compression, audit_keys=audit_keys,
+            telemetry=telemetry,
         )
         if setup and _store is None:
             self._setup_or_close()

@@ -31,6 +31,7 @@ from ...core.inner import RowSaver
 from ...core.lifetime import Lifetime
 from ...core.opening import Opening
 from ...core.saver import StoreCheckpointer
+from ...core.telemetry import Telemetry, instance_name, telemetry_of
 from ...timetravel.methods import TimeTravel
 from .._forward import not_forwarded, store_method
 from .calls import in_thread
@@ -157,7 +158,10 @@ class ReplicatedCheckpointer(SaverInterface, TimeTravel, ReplicatedLifecycle):
         self._closed = threading.Event()
         self._failover = Failover(primary, fanout)
         gate = Gate()
-        self._repairs = Repairs(self._failover, fanout, gate, self._closed)
+        # Traced with the primary's telemetry (ours), else the global providers'.
+        self.telemetry: Telemetry = telemetry_of(getattr(primary, "telemetry", None))
+        self.db_system: str | None = getattr(primary, "db_system", None)
+        self._repairs = Repairs(self._failover, fanout, gate, self._closed, self.telemetry)
         self._writer = Writer(self._failover, fanout, gate, self._repairs, self._rows,
                               self._closed)
         self._repairer: threading.Thread | None = None
@@ -169,6 +173,8 @@ class ReplicatedCheckpointer(SaverInterface, TimeTravel, ReplicatedLifecycle):
         self._lifetime = Lifetime(type(self).__name__, functools.partial(
             _wind_down, fanout.views, fanout.replicator, self._closed))
         self._owned: StoreCheckpointer | None = None  # the primary `from_conn_string` opened
+        self._instance = instance_name(self)
+        self.telemetry.watch(self)
 
     @classmethod
     def from_conn_string(
@@ -208,6 +214,16 @@ class ReplicatedCheckpointer(SaverInterface, TimeTravel, ReplicatedLifecycle):
         down, err = self._failover.down, self._failover.error
         return ReplicationStatus(not down, None if err is None or not down else describe(err),
                                  self._fanout.status())
+
+    def _observations(self) -> list[tuple[str, float, dict[str, Any]]]:
+        """Its gauges (`core.telemetry`): each replica's queue, lag and health."""
+        out: list[tuple[str, float, dict[str, Any]]] = []
+        for r in self._fanout.status():
+            attributes = {"lgckpt.instance": self._instance, "lgckpt.replica": r.name}
+            out += [("lgckpt.replica.queue_depth", r.queued, attributes),
+                    ("lgckpt.replica.lag", r.oldest_unreplicated_age, attributes),
+                    ("lgckpt.replica.up", int(r.up), attributes)]
+        return out
 
     # -- the primary's helpers (`Forwarded`) ------------------------------------------------
 

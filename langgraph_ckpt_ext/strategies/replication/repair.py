@@ -4,6 +4,7 @@ and written by `transfer`, the same code as `lgckpt copy`), and the background r
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import weakref
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ...core.saver import StoreCheckpointer
+from ...core.telemetry import Telemetry, count
 from .failover import Failover
 from .failures import describe, unavailable_at
 from .fanout import Fanout, View
@@ -24,8 +26,9 @@ Progress = Callable[[str, int, int], None]
 
 class Repairs:
     def __init__(self, failover: Failover, fanout: Fanout, gate: Gate,
-                 closed: threading.Event) -> None:
+                 closed: threading.Event, telemetry: Telemetry) -> None:
         self.failover, self.fanout, self.gate, self.closed = failover, fanout, gate, closed
+        self.telemetry = telemetry  # a repair is a `repair` span, with what it did
         self.thread: threading.Thread | None = None  # the background repair's
         self._running = threading.Lock()
 
@@ -36,8 +39,21 @@ class Repairs:
         (`sizes`, one query each) counts as equal without reading its values: lost rows are
         found at once, changed values at the next full pass."""
         started = time.monotonic()
-        with self._running:
+        telemetry = self.telemetry
+        with self._running, contextlib.ExitStack() as stack:
+            traced = telemetry.on
+            if traced:
+                stack.enter_context(telemetry.operation(
+                    getattr(self.failover.primary, "db_system", None), "repair", None,
+                    {"lgckpt.quick": quick, "lgckpt.replicas": len(self.fanout.views)}))
             reports = [self._one(r, thread_ids, progress, quick) for r in self.fanout.views]
+            if traced:
+                count(threads_checked=sum(r.threads_checked for r in reports),
+                      checkpoints_copied=sum(r.checkpoints_copied for r in reports),
+                      writes_copied=sum(r.writes_copied for r in reports),
+                      threads_rebuilt=sum(len(r.threads_rebuilt) for r in reports),
+                      threads_deleted=sum(len(r.threads_deleted) for r in reports),
+                      threads_failed=sum(len(r.threads_failed) for r in reports))
         return RepairReport(reports, time.monotonic() - started)
 
     def _one(self, replica: View, only: Sequence[str] | None, progress: Progress | None,

@@ -48,6 +48,7 @@ from ...core.lifetime import Lifetime
 from ...core.opening import Opening
 from ...core.retention import ErasureReport, SweepReport
 from ...core.saver import StoreCheckpointer
+from ...core.telemetry import instance_name
 from ...timetravel.methods import TimeTravel
 from .._forward import Closing, iterate_closing, not_forwarded, store_method
 from .._lifecycle import (
@@ -154,6 +155,10 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, LifecycleForwarded
         self._lifetime = Lifetime(type(self).__name__, self._timer.stop)
         self._owned: StoreCheckpointer | None = None  # an inner one `from_conn_string` opened
         LIVE.add(self)
+        # spans and gauges go where its inner checkpointer's do
+        self.telemetry, self.db_system = self._flusher.telemetry, self._flusher.system
+        self._instance = instance_name(self)
+        self.telemetry.watch(self)
 
     def _wrap(self, inner: BaseCheckpointSaver[Any]) -> None:
         self.inner = inner
@@ -182,6 +187,15 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, LifecycleForwarded
     def metrics(self) -> Metrics:
         """A snapshot of what was requested, written and is waiting."""
         return self._buffer.metrics()
+
+    def _observations(self) -> list[tuple[str, float, dict[str, Any]]]:
+        """Its gauges (`core.telemetry`): what it holds, and for how long."""
+        m = self._buffer.metrics()
+        attributes: dict[str, Any] = {"lgckpt.instance": self._instance}
+        if self._flusher.system is not None:
+            attributes["db.system.name"] = self._flusher.system
+        return [("lgckpt.smart.buffered", m.buffered, attributes),
+                ("lgckpt.smart.oldest_unflushed_age", m.oldest_unflushed_age, attributes)]
 
     # -- writing ----------------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from ...core.bridge import either, resolve, run_inline
 from ...core.errors import ConcurrentWriteError
 from ...core.inner import BatchSaver, RowSaver
 from ...core.saver import StoreCheckpointer
+from ...core.telemetry import Telemetry, telemetry_of
 from .buffer import Buffer, Flight
 from .items import op
 from .policies import Policy
@@ -42,6 +43,10 @@ class Flusher:
         # One writer per thread: the buffered head is checked at `put`, and a batch is never
         # written twice (once stored, its checkpoints no longer chain onto the head).
         self.single = getattr(inner, "writers", None) == "single"
+        # Flushes are traced with the inner checkpointer's telemetry (ours), else the global
+        # providers'.
+        self.telemetry: Telemetry = telemetry_of(getattr(inner, "telemetry", None))
+        self.system: str | None = getattr(inner, "db_system", None)
 
     async def threads(self, thread_ids: Sequence[str] | None, coalesce: bool, sync: bool,
                       refusals: bool = False) -> None:
@@ -77,7 +82,7 @@ class Flusher:
                 return
             flight, carried = took
             try:
-                await self._write(flight, carried, sync)
+                await self._traced(thread_id, flight, carried, sync)
             except BaseException as exc:
                 if not self.buffer.done(thread_id, flight, exc):
                     raise
@@ -86,8 +91,22 @@ class Flusher:
             if not until_empty:
                 return
 
-    async def _write(self, flight: Flight, carried: list[Flight], sync: bool) -> None:
+    async def _traced(self, thread_id: str, flight: Flight, carried: list[Flight], sync: bool
+                      ) -> None:
+        """`_write`, as a `flush` span when traced: the checkpoints and writes it stores, the
+        earlier batches it carries, and (ours) the rows and bytes."""
         ops = [op(i, self.encoded) for i in flight.items]
+        if not self.telemetry.on:
+            await self._write(ops, flight, carried, sync)
+            return
+        puts = sum(o[0] == "put" for o in ops)
+        with self.telemetry.operation(self.system, "flush", thread_id, {
+                "lgckpt.checkpoints": puts, "lgckpt.writes": len(ops) - puts,
+                "lgckpt.carried": len(carried)}):
+            await self._write(ops, flight, carried, sync)
+
+    async def _write(self, ops: list[tuple[Any, ...]], flight: Flight, carried: list[Flight],
+                     sync: bool) -> None:
         rows, inner = self.rows, self.inner
         if rows is not None:
             prepared = await either(sync, rows.prepare_batch, rows.aprepare_batch, ops)

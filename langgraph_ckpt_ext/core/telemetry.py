@@ -1,0 +1,389 @@
+"""OpenTelemetry spans and metrics for checkpointer operations (the `otel` extra).
+
+A checkpointer's `telemetry` is off unless OpenTelemetry is installed and a tracer or meter
+provider is configured: the global ones (`trace.set_tracer_provider`, as an application's
+telemetry setup does), or those given to `Telemetry`. Off, an operation costs an attribute
+check and a property call. On, each operation is a client span named `<operation> <system>`
+(`put postgresql`) under the caller's current span, and metric points follow OpenTelemetry's
+semantic conventions for database clients where they fit (`db.client.operation.duration`,
+`db.system.name`, `db.operation.name`, `error.type`), with this package's own under `lgckpt.`.
+
+No span or metric carries a stored value, a config's other keys, or a thread id in clear
+unless `thread_ids="plain"` is asked for: by default a thread shows as the first 16 hex digits
+of its id's SHA-256 (`lgckpt.thread.id_hash`), which groups a thread's spans without showing
+whose thread it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import hashlib
+import itertools
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import Any, Literal, Protocol, TypeVar
+
+try:
+    from opentelemetry import metrics as _metrics
+    from opentelemetry import trace as _trace
+except ImportError:  # the extra is not installed: telemetry stays off
+    _metrics = _trace = None  # type: ignore[assignment]
+
+ThreadIds = Literal["hash", "plain", "omit"]
+SCOPE = "langgraph_ckpt_ext"
+# Seconds; the bucket boundaries the semantic conventions advise for operation durations.
+_DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# What the wrappers report as they stand (observable gauges): name -> (unit, description).
+GAUGES = {
+    "lgckpt.smart.buffered": ("{item}", "Checkpoints and writes a SmartCheckpointer holds"),
+    "lgckpt.smart.oldest_unflushed_age": ("s", "Seconds its oldest buffered item has waited"),
+    "lgckpt.replica.queue_depth": ("{operation}", "Writes queued for a replica"),
+    "lgckpt.replica.lag": ("s", "Seconds the oldest write not yet on a replica has waited"),
+    "lgckpt.replica.up": ("1", "1 when a replica answers, 0 when it is down"),
+}
+_instances = itertools.count(1)
+
+
+class Observed(Protocol):
+    """A wrapper whose state the gauges read (`Telemetry.watch`)."""
+
+    def _observations(self) -> Iterable[tuple[str, float, dict[str, Any]]]:
+        """(gauge name, value, attributes) for each gauge it reports."""
+
+
+class Telemetry:
+    """Where a checkpointer's spans and metric points go, and what they show.
+
+    Args:
+        tracer_provider: an OpenTelemetry `TracerProvider`; None: the global one, from the
+            moment one is set.
+        meter_provider: a `MeterProvider`; None: the global one, likewise.
+        thread_ids: how spans show a thread id: `"hash"` (default: `lgckpt.thread.id_hash`,
+            16 hex digits of its SHA-256), `"plain"` (`lgckpt.thread.id`), or `"omit"`.
+        enabled: False: no spans, no metrics, whatever is configured.
+
+    Example:
+        >>> from opentelemetry.sdk.trace import TracerProvider           # doctest: +SKIP
+        >>> cp = SQLiteCheckpointer("agent.db",                           # doctest: +SKIP
+        ...                         telemetry=Telemetry(tracer_provider=TracerProvider()))
+    """
+
+    def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None,
+                 thread_ids: ThreadIds = "hash", enabled: bool = True) -> None:
+        if thread_ids not in ("hash", "plain", "omit"):
+            raise ValueError(f"thread_ids must be 'hash', 'plain' or 'omit', not {thread_ids!r}")
+        self.thread_ids: ThreadIds = thread_ids
+        self.enabled = enabled and _trace is not None
+        self._tracer_provider, self._meter_provider = tracer_provider, meter_provider
+        self._given = tracer_provider is not None or meter_provider is not None
+        self._tracer: Any = None
+        self._instruments: _Instruments | None = None
+
+    @property
+    def on(self) -> bool:
+        """Whether operations are traced and measured now."""
+        return self.enabled and (self._given or _global_configured())
+
+    @property
+    def tracer(self) -> Any:
+        if self._tracer is None:
+            provider = self._tracer_provider or _trace.get_tracer_provider()
+            self._tracer = provider.get_tracer(SCOPE, _version())
+        return self._tracer
+
+    @property
+    def instruments(self) -> _Instruments:
+        if self._instruments is None:
+            self._instruments = _instruments_of(self._meter_provider)
+        return self._instruments
+
+    def watch(self, source: Observed) -> None:
+        """Report `source`'s gauges while it lives (with the global providers, from the
+        moment they are set)."""
+        if self.enabled:
+            self.instruments.watched.add(source)
+
+    def thread_attributes(self, thread_id: str | None) -> dict[str, str]:
+        if thread_id is None or self.thread_ids == "omit":
+            return {}
+        if self.thread_ids == "plain":
+            return {"lgckpt.thread.id": thread_id}
+        return {"lgckpt.thread.id_hash": hashlib.sha256(thread_id.encode()).hexdigest()[:16]}
+
+    @contextlib.contextmanager
+    def operation(self, system: str | None, name: str, thread_id: str | None,
+                  attributes: dict[str, Any] | None = None) -> Iterator[Operation]:
+        """A span for one operation (current while it runs, so that what it calls nests
+        under it) and its metric points when it ends, error or not."""
+        common = _common(system, name)
+        op = Operation({**common, **self.thread_attributes(thread_id), **(attributes or {})})
+        token = _current.set(op)
+        start = time.perf_counter()
+        error: str | None = None
+        try:
+            with self.tracer.start_as_current_span(
+                    f"{name} {system or 'lgckpt'}", kind=_trace.SpanKind.CLIENT,
+                    attributes=op.attributes) as span:
+                try:
+                    yield op
+                except BaseException as exc:
+                    error = _error_type(exc)
+                    span.set_attribute("error.type", error)
+                    raise
+                finally:
+                    span.set_attributes(op.noted)
+        finally:
+            _current.reset(token)
+            self.instruments.record(common, op.noted, time.perf_counter() - start, error)
+
+    async def listing(self, system: str | None, thread_id: str | None,
+                      items: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """`list`: a span over the whole iteration, with the checkpoints it returned. Not made
+        current: an async generator's steps may run in different contexts."""
+        common = _common(system, "list")
+        attributes = {**common, **self.thread_attributes(thread_id)}
+        span = self.tracer.start_span(f"list {system or 'lgckpt'}", kind=_trace.SpanKind.CLIENT,
+                                      attributes=attributes)
+        start, returned = time.perf_counter(), 0
+        error: str | None = None
+        try:
+            async for item in items:
+                returned += 1
+                yield item
+        except BaseException as exc:
+            if not isinstance(exc, GeneratorExit):  # the caller stopped early: no error
+                error = _error_type(exc)
+                span.set_attribute("error.type", error)
+                span.record_exception(exc)
+                span.set_status(_trace.Status(_trace.StatusCode.ERROR, error))
+            raise
+        finally:
+            noted = {"db.response.returned_rows": returned}
+            span.set_attributes(noted)
+            span.end()
+            self.instruments.record(common, noted, time.perf_counter() - start, error)
+
+
+def instance_name(source: object) -> str:
+    """A name for a wrapper's gauges (`lgckpt.instance`), unique in this process."""
+    return f"{type(source).__name__}-{next(_instances)}"
+
+
+def telemetry_of(option: Telemetry | bool | None) -> Telemetry:
+    """A checkpointer's `telemetry` option as a `Telemetry` (None or True: the global
+    providers; False: off), the defaults shared by every checkpointer."""
+    if isinstance(option, Telemetry):
+        return option
+    if option is None or isinstance(option, bool):
+        return _DEFAULTS[option is not False]
+    raise TypeError(f"telemetry must be a Telemetry, True, False or None, not {option!r}")
+
+
+class Operation:
+    """What an operation notes for its span and metrics while it runs (`note`)."""
+
+    __slots__ = ("attributes", "noted")
+
+    def __init__(self, attributes: dict[str, Any]) -> None:
+        self.attributes = attributes
+        self.noted: dict[str, Any] = {}
+
+
+_current: contextvars.ContextVar[Operation | None] = contextvars.ContextVar(
+    "lgckpt_operation", default=None)
+
+
+def note(**attributes: Any) -> None:
+    """Set attributes (`namespace_depth=1` as `lgckpt.namespace_depth`) of the operation
+    running, if one is traced."""
+    op = _current.get()
+    if op is not None:
+        op.noted.update({f"lgckpt.{k}": v for k, v in attributes.items()})
+
+
+def count(**amounts: int) -> None:
+    """Add to counts (`rows=3` to `lgckpt.rows`) of the operation running, if one is traced:
+    a batch adds up what each of its parts wrote."""
+    op = _current.get()
+    if op is not None:
+        noted = op.noted
+        for k, v in amounts.items():
+            key = f"lgckpt.{k}"
+            noted[key] = noted.get(key, 0) + v
+
+
+def tracing() -> bool:
+    """Whether a traced operation is running in this context (worth computing a note for)."""
+    return _current.get() is not None
+
+
+_made: weakref.WeakKeyDictionary[Any, _Instruments] = weakref.WeakKeyDictionary()
+_global: list[_Instruments] = []
+_making = threading.Lock()
+
+
+def _instruments_of(provider: Any) -> _Instruments:
+    """The instruments on `provider`'s meter (None: the global one's), made once per provider:
+    every `Telemetry` on it records into the same ones (a meter refuses an instrument made
+    twice)."""
+    with _making:
+        made = _made.get(provider) if provider is not None else (_global[0] if _global else None)
+        if made is None:
+            # the global: the API's meter, a proxy until a provider is set, then delegating
+            meter = (provider.get_meter(SCOPE, _version()) if provider is not None
+                     else _metrics.get_meter(SCOPE, _version()))
+            made = _Instruments(meter)
+            if provider is None:
+                _global.append(made)
+            else:
+                _made[provider] = made
+        return made
+
+
+class _Instruments:
+    def __init__(self, meter: Any) -> None:
+        self.watched: weakref.WeakSet[Any] = weakref.WeakSet()
+
+        def reader(gauge: str) -> Callable[[Any], list[Any]]:
+            def read(_: Any) -> list[Any]:
+                return [_metrics.Observation(v, a) for v, a in self._observe(gauge)]
+            return read
+
+        self.gauges = [meter.create_observable_gauge(name, [reader(name)], unit, description)
+                       for name, (unit, description) in GAUGES.items()]
+        self.duration = meter.create_histogram(
+            "db.client.operation.duration", unit="s",
+            description="Duration of checkpointer operations",
+            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS))
+        self.bytes = meter.create_counter(
+            "lgckpt.bytes_written", unit="By",
+            description="Bytes of rows written (checkpoints, blobs, writes), before encryption")
+        self.rows = meter.create_counter(
+            "lgckpt.rows_written", unit="{row}", description="Rows written")
+        self.returned = meter.create_histogram(
+            "db.client.response.returned_rows", unit="{row}",
+            description="Checkpoints a read returned")
+        self.errors = meter.create_counter(
+            "lgckpt.operation.errors", unit="{error}",
+            description="Operations that raised, by error.type")
+
+    def _observe(self, gauge: str) -> Iterator[tuple[float, dict[str, Any]]]:
+        for source in list(self.watched):
+            try:
+                observed = list(source._observations())
+            except Exception:  # a wrapper being closed: reading its gauges must not fail
+                continue
+            for name, value, attributes in observed:
+                if name == gauge:
+                    yield value, attributes
+
+    def record(self, common: dict[str, Any], noted: dict[str, Any], seconds: float,
+               error: str | None) -> None:
+        attrs = common if error is None else {**common, "error.type": error}
+        self.duration.record(seconds, attrs)
+        if error is not None:
+            self.errors.add(1, attrs)
+            return
+        if "lgckpt.bytes" in noted:
+            self.bytes.add(noted["lgckpt.bytes"], common)
+        if "lgckpt.rows" in noted:
+            self.rows.add(noted["lgckpt.rows"], common)
+        if "db.response.returned_rows" in noted:
+            self.returned.record(noted["db.response.returned_rows"], common)
+
+
+def traced(name: str, thread: Callable[..., str | None],
+           report: Callable[[Any], dict[str, int]] | None = None) -> Callable[[F], F]:
+    """An async saver method as a traced operation (`thread(*args, **kwargs)`: the thread id
+    it touches, from its arguments; `report(result)`: counts of what it did); a plain call
+    when the saver's telemetry is off."""
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        async def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            telemetry: Telemetry = self.telemetry
+            if not telemetry.on:
+                return await method(self, *args, **kwargs)
+            with telemetry.operation(self.db_system, name, _safely(thread, args, kwargs)):
+                result = await method(self, *args, **kwargs)
+                if report is not None:
+                    count(**report(result))
+                return result
+
+        return run  # type: ignore[return-value]
+
+    return wrap
+
+
+def config_thread(config: Any, *_: Any, **__: Any) -> str | None:
+    """The thread id of a method whose first argument is a config."""
+    try:
+        return str(config["configurable"]["thread_id"])
+    except (KeyError, TypeError):
+        return None
+
+
+def first_thread(thread_id: Any, *_: Any, **__: Any) -> str | None:
+    """The thread id of a method whose first argument is one."""
+    return None if thread_id is None else str(thread_id)
+
+
+def batch_thread(ops: Any, *_: Any, **__: Any) -> str | None:
+    """The thread of a batch's first op (`aput_batch`: a flush is one thread's)."""
+    return config_thread(ops[0][1]) if ops else None
+
+
+def rows_thread(items: Any, *_: Any, **__: Any) -> str | None:
+    """The thread of a batch of rows' first item."""
+    if not items:
+        return None
+    return str(items[0][0].thread_id)  # (checkpoint row, blobs), or a list of write rows
+
+
+def no_thread(*_: Any, **__: Any) -> None:
+    return None
+
+
+def _safely(thread: Callable[..., str | None], args: tuple[Any, ...], kwargs: dict[str, Any]
+            ) -> str | None:
+    try:
+        return thread(*args, **kwargs)
+    except Exception:  # a bad argument: the method itself says what is wrong
+        return None
+
+
+def _common(system: str | None, name: str) -> dict[str, Any]:
+    attrs: dict[str, Any] = {"db.operation.name": name}
+    if system is not None:
+        attrs["db.system.name"] = system
+    return attrs
+
+
+def _error_type(exc: BaseException) -> str:
+    return type(exc).__qualname__
+
+
+def _global_configured() -> bool:
+    """Whether an application set a global tracer or meter provider (the API hands out
+    proxies until then)."""
+    return (not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
+            or type(_metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider")
+
+
+@functools.cache
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("langgraph-ckpt-ext")
+    except PackageNotFoundError:
+        return "0"
+
+
+_DEFAULTS = {True: Telemetry(), False: Telemetry(enabled=False)}
