@@ -391,15 +391,24 @@ def _stats(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "engine's overhead): per thread, or with THREAD per namespace, kind (checkpoint "
         "records, channel values as blobs, pending writes) and channel.",
         example="lgckpt stats --limit 20\n"
-                "lgckpt stats t-1 --json",
+                "lgckpt stats t-1 --json\n"
+                "lgckpt stats --store",
     )
     p.add_argument("thread", metavar="THREAD", nargs="?", help="one thread, in detail")
+    p.add_argument("--store", action="store_true",
+                   help="the store as a whole: threads, rows and bytes by kind, the deletions "
+                        "and migrations it recorded, whether it is audited (the figures its "
+                        "OpenTelemetry metrics count as they happen)")
     add_paging(p, 100)
     p.set_defaults(run=run_stats)
 
 
 def run_stats(args: argparse.Namespace, out: Output) -> int:
     with open_saver(args.url, write=False, **serde_options(args)) as saver:
+        if args.store:
+            if args.thread is not None:
+                raise CliError("--store is the whole store: name no thread with it", USAGE)
+            return _store_stats(saver, out)
         if args.thread is not None:
             return _thread_stats(saver, args.thread, out)
         page, more = page_of(saver.thread_ids(), args.after, args.limit)
@@ -415,6 +424,42 @@ def run_stats(args: argparse.Namespace, out: Output) -> int:
         out.line(f"total: {human_bytes(sum(r['bytes'] for r in rows))} in {len(rows)} "
                  "thread(s)")
     say_more(out, more, page)
+    return OK
+
+
+def _store_stats(saver: Checkpointer, out: Output) -> int:
+    threads = saver.thread_ids()
+    rows: dict[str, int] = {}
+    size: dict[str, int] = {}
+    with out.progress(len(threads), "reading sizes") as bar:
+        for thread_id in threads:
+            for s in saver.sizes(thread_id):
+                rows[s.kind] = rows.get(s.kind, 0) + s.rows
+                size[s.kind] = size.get(s.kind, 0) + s.bytes
+            bar.update()
+    events = saver.lifecycle_log()
+    migrations = saver.migration_log()
+    figures: list[tuple[str, Any]] = [("threads", len(threads))]
+    for kind, noun in (("checkpoint", "checkpoints"), ("blob", "channel values (blobs)"),
+                       ("write", "pending writes")):
+        figures += [(noun, rows.get(kind, 0)), (f"{noun}: bytes", size.get(kind, 0))]
+    figures.append(("bytes", sum(size.values())))
+    for action, noun in (("expire", "threads expired by sweeps"),
+                         ("trim", "histories trimmed"), ("erase", "threads erased")):
+        done = [e for e in events if e.action == action]
+        figures += [(noun, len(done)),
+                    (f"{noun}: checkpoints deleted", sum(e.checkpoints for e in done))]
+    if events:
+        figures.append(("last deletion recorded", _iso(max(e.at for e in events))))
+    figures.append(("checkpoints migrated", len(migrations)))
+    if migrations:
+        figures.append(("last migration", _iso(max(m.migrated_at for m in migrations))))
+    figures.append(("audited", saver.audit_status().enabled))
+    if out.json_mode:
+        out.table([{"figure": k, "value": v} for k, v in figures], ["figure", "value"])
+    else:
+        out.table([{"figure": k, "value": human_bytes(v) if k.endswith("bytes") else v}
+                   for k, v in figures], ["figure", "value"])
     return OK
 
 

@@ -191,6 +191,13 @@ def test_read_commands(store: Store) -> None:
     assert any(d["checkpoint_ns"].startswith("child:") for d in detail)
     assert sum(d["bytes"] for d in detail) == rows["sub"]["bytes"]
     assert {"text", "trail"} <= {d["channel"] for d in detail if d["kind"] == "blob"}
+    whole = {r["figure"]: r["value"] for r in lgckpt("stats", "--store", "--json",
+                                                      url=url).json()}
+    assert whole["threads"] == len(rows) and whole["audited"] is False
+    assert whole["bytes"] == sum(r["bytes"] for r in rows.values())
+    assert whole["checkpoints"] == sum(r["checkpoints"] for r in rows.values())
+    assert whole["checkpoints migrated"] == 0 and whole["threads erased"] == 0
+    fails(lgckpt("stats", "chat", "--store", url=url), 2, "--store")
 
     run = lgckpt("verify", "chat", "--json", url=url)  # written without audit=True
     assert run.code == 6 and json.loads(run.out)[0]["status"] == "not audited"

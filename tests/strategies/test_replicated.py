@@ -413,7 +413,10 @@ def test_status_counts_queued_age_and_applied(stores: Stores) -> None:
     assert_same(primary, fast)
 
 
-def test_an_unreachable_replica_is_reported_and_never_fails_a_write(stores: Stores) -> None:
+def test_an_unreachable_replica_is_reported_and_never_fails_a_write(
+        stores: Stores, caplog: pytest.LogCaptureFixture) -> None:
+    """...and logged once, when it goes down (`langgraph_ckpt_ext.replication`)."""
+    caplog.set_level("INFO", "langgraph_ckpt_ext.replication")
     primary, good, bad = stores.new("sqlite"), stores.new("memory"), stores.unreachable()
     cp = stores.replicated(primary, [good, bad], "async", names=["good", "bad"])
     parent = None
@@ -432,6 +435,10 @@ def test_an_unreachable_replica_is_reported_and_never_fails_a_write(stores: Stor
     assert down.last_error is not None and "Redis unreachable" in down.last_error
     assert down.oldest_unreplicated_age > 0 and down.applied == 0
     assert "bad: DOWN, 6 queued" in str(status)
+    (logged,) = [r for r in caplog.records if r.name == "langgraph_ckpt_ext.replication"]
+    assert logged.levelname == "WARNING" and "replica bad is down" in logged.getMessage()
+    assert logged.lgckpt["replica"] == "bad" and not logged.lgckpt["up"]  # type: ignore[attr-defined]
+    assert "Redis unreachable" in logged.lgckpt["error"]  # type: ignore[attr-defined]
     assert cp.flush(timeout=5) is True  # waits for the replicas that are up only
     assert status.replicas[0].up and cp.status().replicas[0].applied == 6
     assert_same(primary, good)

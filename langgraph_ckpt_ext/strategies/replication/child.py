@@ -5,6 +5,7 @@ in-process replication (`worker.Replica`), reporting back what each replica did.
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -267,6 +268,8 @@ def _handle(msg: Any, replicas: list[ChildReplica], outbox: _Outbox) -> bool:
 def child_main() -> None:  # pragma: no cover - runs in the child; covered by its tests
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames on the pipe
+    # what the replicas do is logged by the parent, from the health this process reports
+    logging.getLogger("langgraph_ckpt_ext").addHandler(logging.NullHandler())
     outbox = _Outbox(stdout)
     try:
         hello = read_frame(stdin)

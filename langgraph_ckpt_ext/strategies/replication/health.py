@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -9,6 +10,8 @@ from collections import Counter
 from .failures import describe
 from .queue import Op
 from .status import ReplicaStatus
+
+log = logging.getLogger("langgraph_ckpt_ext.replication")
 
 
 class Health:
@@ -46,9 +49,27 @@ class Health:
         while self._queued() >= self.max_queue:
             left = deadline - time.monotonic()
             if not self.up or left <= 0:
+                log.warning("replica %s: its queue of %d writes was dropped (%s); the threads "
+                            "it held are marked for repair", self.name, self._queued(),
+                            "down" if not self.up else "full for too long",
+                            extra={"lgckpt": {"replica": self.name, "queued": self._queued(),
+                                              "up": self.up}})
                 self._overflow()
                 break
             self.cond.wait(left)
+
+    def _set_up(self, up: bool, error: BaseException | None) -> None:
+        """Record whether the replica answers (under `cond`), logged when that changes."""
+        if up != self.up:
+            details = {"replica": self.name, "up": up, "failures": self.failures,
+                       "error": None if error is None else describe(error)}
+            if up:
+                log.info("replica %s is back after %d failed attempts", self.name,
+                         self.failures, extra={"lgckpt": details})
+            else:
+                log.warning("replica %s is down: %s", self.name, details["error"],
+                            extra={"lgckpt": details})
+        self.up = up
 
     def _unbusy(self, threads: tuple[str, ...]) -> None:
         for t in threads:

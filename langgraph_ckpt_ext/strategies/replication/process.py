@@ -268,9 +268,10 @@ class ProcessReplica(Health):
         elif kind == "health":
             if rest[0] and not self.up:  # back after an outage: it may have lost data
                 self.repair_all = True
-            self.up, self.failures = rest[0], rest[1]
             if rest[2] is not None:
                 self.last_error = RemoteError(rest[2])
+            self.failures = rest[1]
+            self._set_up(rest[0], self.last_error)
 
     def status(self) -> ReplicaStatus:
         with self.cond:

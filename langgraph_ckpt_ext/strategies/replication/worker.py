@@ -114,7 +114,7 @@ class Replica(Health):
                     if batch and not classifier(self.saver)(exc):
                         self._refused(batch, exc)
                         continue
-                    self.up = False
+                    self._set_up(False, exc)
                     for entry in batch:
                         self._settle(entry, exc)
                     self.cond.notify_all()
@@ -126,7 +126,7 @@ class Replica(Health):
                 self.applying = False
                 if not self.up:  # back after an outage: it may have lost data (a restart)
                     self.repair_all = True
-                self.up = True
+                self._set_up(True, None)
                 for entry in batch:
                     self._pop(entry)
                     self._settle(entry, None)
