@@ -273,6 +273,9 @@ class _Instruments:
         self.errors = meter.create_counter(
             "lgckpt.operation.errors", unit="{error}",
             description="Operations that raised, by error.type")
+        self.retries = meter.create_counter(
+            "lgckpt.retries", unit="{retry}",
+            description="Calls retried after a lost connection (the operation's retries)")
 
     def _observe(self, gauge: str) -> Iterator[tuple[float, dict[str, Any]]]:
         for source in list(self.watched):
@@ -288,6 +291,8 @@ class _Instruments:
                error: str | None) -> None:
         attrs = common if error is None else {**common, "error.type": error}
         self.duration.record(seconds, attrs)
+        if "lgckpt.retries" in noted:
+            self.retries.add(noted["lgckpt.retries"], attrs)
         if error is not None:
             self.errors.add(1, attrs)
             return

@@ -326,3 +326,37 @@ def test_the_prometheus_example_of_the_docs(tmp_path: Path) -> None:
            'db_client_operation_duration_seconds_count{db_system_name="sqlite",' \
            'db_operation_name="put"' in text, text
     assert "lgckpt_bytes_written_bytes_total" in text, text
+
+
+@pytest.mark.postgres
+async def test_a_retry_after_a_lost_connection_is_counted(recorded: Recorded,
+                                                          tmp_path: Path) -> None:
+    """The server drops the pool's connections between two turns, before this process's
+    loop has seen it: the next operation is retried on a new connection, which its span and
+    `lgckpt.retries` count; nothing is lost or stored twice."""
+    import uuid
+
+    import psycopg
+
+    from tests.support.savers import PG_DSN
+
+    name = f"lgx-retry-{uuid.uuid4().hex[:8]}"
+
+    def drop_connections() -> int:
+        """(blocking this loop: it learns of the drop only when it next uses them)"""
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            return len(conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                    "WHERE application_name = %s", (name,)).fetchall())
+
+    async with asaver("postgres", tmp_path, telemetry=recorded.telemetry(),
+                      server_settings={"application_name": name}) as h:
+        graph = chat_graph().compile(checkpointer=h.saver)
+        await graph.ainvoke({"messages": [human("hi")]}, cfg("t-retry"))
+        assert drop_connections() >= 1
+        assert await h.saver.aget_tuple(cfg("t-retry")) is not None  # first, on a dead one
+        await graph.ainvoke({"messages": [human("again")]}, cfg("t-retry"))
+        assert len([t async for t in h.saver.alist(cfg("t-retry"))]) == 6
+    retried = [s for s in recorded.finished() if s.attributes.get("lgckpt.retries")]
+    assert retried and all(s.status.status_code is not StatusCode.ERROR for s in retried)
+    (point,) = recorded.points()["lgckpt.retries"]
+    assert point.value == sum(s.attributes["lgckpt.retries"] for s in retried)

@@ -38,6 +38,7 @@ from ...core.rows import (
     whole as whole_row,
 )
 from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
+from ...core.telemetry import count
 from ...core.urls import redact
 from .. import sqlstate
 from . import sql
@@ -205,6 +206,7 @@ class PostgresStore:
                         f"{_ATTEMPTS} times. Nothing was half-written; the pool reconnects, so "
                         "retry the call once the server is back"
                     ) from cause
+                count(retries=1)  # on the operation's span, if it is traced
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
 

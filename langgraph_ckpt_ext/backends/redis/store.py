@@ -50,6 +50,7 @@ from ...core.rows import (
     whole,
 )
 from ...core.store import BatchItem, Cursor, GcPlanner, keyset_pages
+from ...core.telemetry import count
 from ...core.urls import SENTINEL, SENTINEL_OPTIONS, SentinelURL, parse_sentinel
 from . import scripts
 from .layout import LAYOUT_VERSION, check_parts, guard_keys, thread_keys
@@ -402,6 +403,7 @@ class RedisStore:
                         "times. Every write is one script, so nothing was half-written; retry "
                         "once the server is back"
                     ) from exc
+                count(retries=1)  # on the operation's span, if it is traced
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise AssertionError("unreachable")
 
