@@ -16,7 +16,6 @@ whose thread it is.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import hashlib
@@ -28,10 +27,11 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, Literal, Protocol, TypeVar
 
 try:
+    from opentelemetry import context as _context
     from opentelemetry import metrics as _metrics
     from opentelemetry import trace as _trace
 except ImportError:  # the extra is not installed: telemetry stays off
-    _metrics = _trace = None  # type: ignore[assignment]
+    _context = _metrics = _trace = None  # type: ignore[assignment]
 
 ThreadIds = Literal["hash", "plain", "omit"]
 SCOPE = "langgraph_ckpt_ext"
@@ -82,14 +82,23 @@ class Telemetry:
         self.thread_ids: ThreadIds = thread_ids
         self.enabled = enabled and _trace is not None
         self._tracer_provider, self._meter_provider = tracer_provider, meter_provider
-        self._given = tracer_provider is not None or meter_provider is not None
         self._tracer: Any = None
         self._instruments: _Instruments | None = None
 
     @property
     def on(self) -> bool:
-        """Whether operations are traced and measured now."""
-        return self.enabled and (self._given or _global_configured())
+        """Whether operations are traced or measured now."""
+        return self.tracing or self.measuring
+
+    @property
+    def tracing(self) -> bool:
+        """Whether operations are spans now (a tracer provider given, or the global one set)."""
+        return self.enabled and (self._tracer_provider is not None or _tracer_configured())
+
+    @property
+    def measuring(self) -> bool:
+        """Whether operations record metric points now (likewise, for meter providers)."""
+        return self.enabled and (self._meter_provider is not None or _meter_configured())
 
     @property
     def tracer(self) -> Any:
@@ -115,33 +124,13 @@ class Telemetry:
             return {}
         if self.thread_ids == "plain":
             return {"lgckpt.thread.id": thread_id}
-        return {"lgckpt.thread.id_hash": hashlib.sha256(thread_id.encode()).hexdigest()[:16]}
+        return {"lgckpt.thread.id_hash": _thread_hash(thread_id)}
 
-    @contextlib.contextmanager
     def operation(self, system: str | None, name: str, thread_id: str | None,
-                  attributes: dict[str, Any] | None = None) -> Iterator[Operation]:
+                  attributes: dict[str, Any] | None = None) -> Operation:
         """A span for one operation (current while it runs, so that what it calls nests
-        under it) and its metric points when it ends, error or not."""
-        common = _common(system, name)
-        op = Operation({**common, **self.thread_attributes(thread_id), **(attributes or {})})
-        token = _current.set(op)
-        start = time.perf_counter()
-        error: str | None = None
-        try:
-            with self.tracer.start_as_current_span(
-                    f"{name} {system or 'lgckpt'}", kind=_trace.SpanKind.CLIENT,
-                    attributes=op.attributes) as span:
-                try:
-                    yield op
-                except BaseException as exc:
-                    error = _error_type(exc)
-                    span.set_attribute("error.type", error)
-                    raise
-                finally:
-                    span.set_attributes(op.noted)
-        finally:
-            _current.reset(token)
-            self.instruments.record(common, op.noted, time.perf_counter() - start, error)
+        under it) and its metric points when it ends, error or not: a context manager."""
+        return Operation(self, system, name, thread_id, attributes)
 
     async def listing(self, system: str | None, thread_id: str | None,
                       items: AsyncIterator[Any]) -> AsyncIterator[Any]:
@@ -187,13 +176,46 @@ def telemetry_of(option: Telemetry | bool | None) -> Telemetry:
 
 
 class Operation:
-    """What an operation notes for its span and metrics while it runs (`note`)."""
+    """One traced operation (`Telemetry.operation`), and what it notes while it runs
+    (`note`, `count`). A class rather than a generator: it runs for every operation."""
 
-    __slots__ = ("attributes", "noted")
+    __slots__ = ("_common", "_context", "_instruments", "_span", "_start", "_token", "noted")
 
-    def __init__(self, attributes: dict[str, Any]) -> None:
-        self.attributes = attributes
+    def __init__(self, telemetry: Telemetry, system: str | None, name: str,
+                 thread_id: str | None, attributes: dict[str, Any] | None) -> None:
+        self._common = common = _common(system, name)
         self.noted: dict[str, Any] = {}
+        self._instruments = telemetry.instruments if telemetry.measuring else None
+        self._span: Any = None
+        if telemetry.tracing:
+            attrs = {**common, **telemetry.thread_attributes(thread_id), **(attributes or {})}
+            self._span = telemetry.tracer.start_span(
+                f"{name} {system or 'lgckpt'}", kind=_trace.SpanKind.CLIENT, attributes=attrs)
+
+    def __enter__(self) -> Operation:
+        if self._span is not None:
+            self._context = _context.attach(_trace.set_span_in_context(self._span))
+        self._token = _current.set(self)
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: Any) -> None:
+        seconds = time.perf_counter() - self._start
+        _current.reset(self._token)
+        span, noted = self._span, self.noted
+        error = None if exc is None else _error_type(exc)
+        if span is not None:
+            _context.detach(self._context)
+            if noted:
+                span.set_attributes(noted)
+            if exc is not None:
+                span.set_attribute("error.type", error)
+                span.record_exception(exc)
+                span.set_status(_trace.Status(_trace.StatusCode.ERROR, error))
+            span.end()
+        if self._instruments is not None:
+            self._instruments.record(self._common, noted, seconds, error)
 
 
 _current: contextvars.ContextVar[Operation | None] = contextvars.ContextVar(
@@ -262,11 +284,23 @@ class _Instruments:
             "db.client.operation.duration", unit="s",
             description="Duration of checkpointer operations",
             explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS))
-        self.bytes = meter.create_counter(
-            "lgckpt.bytes_written", unit="By",
+        # Written bytes and rows come with every write: added up here, and reported as
+        # cumulative totals when the reader collects (two instruments less per operation).
+        self._written: dict[tuple[str | None, str], list[int]] = {}
+        self._adding = threading.Lock()
+
+        def written(index: int) -> Callable[[Any], list[Any]]:
+            def read(_: Any) -> list[Any]:
+                with self._adding:
+                    totals = [(key, t[index]) for key, t in self._written.items()]
+                return [_metrics.Observation(v, _common(*key)) for key, v in totals if v]
+            return read
+
+        self.bytes = meter.create_observable_counter(
+            "lgckpt.bytes_written", [written(0)], unit="By",
             description="Bytes of rows written (checkpoints, blobs, writes), before encryption")
-        self.rows = meter.create_counter(
-            "lgckpt.rows_written", unit="{row}", description="Rows written")
+        self.rows = meter.create_observable_counter(
+            "lgckpt.rows_written", [written(1)], unit="{row}", description="Rows written")
         self.returned = meter.create_histogram(
             "db.client.response.returned_rows", unit="{row}",
             description="Checkpoints a read returned")
@@ -297,9 +331,13 @@ class _Instruments:
             self.errors.add(1, attrs)
             return
         if "lgckpt.bytes" in noted:
-            self.bytes.add(noted["lgckpt.bytes"], common)
-        if "lgckpt.rows" in noted:
-            self.rows.add(noted["lgckpt.rows"], common)
+            key = (common.get("db.system.name"), common["db.operation.name"])
+            with self._adding:
+                totals = self._written.get(key)
+                if totals is None:
+                    totals = self._written[key] = [0, 0]
+                totals[0] += noted["lgckpt.bytes"]
+                totals[1] += noted.get("lgckpt.rows", 0)
         if "db.response.returned_rows" in noted:
             self.returned.record(noted["db.response.returned_rows"], common)
 
@@ -363,22 +401,71 @@ def _safely(thread: Callable[..., str | None], args: tuple[Any, ...], kwargs: di
         return None
 
 
+@functools.lru_cache(maxsize=256)
 def _common(system: str | None, name: str) -> dict[str, Any]:
+    """The attributes every point of an operation carries (one dict per operation and
+    system: never changed by its users)."""
     attrs: dict[str, Any] = {"db.operation.name": name}
     if system is not None:
         attrs["db.system.name"] = system
     return attrs
 
 
+@functools.lru_cache(maxsize=4096)
+def _thread_hash(thread_id: str) -> str:
+    """16 hex digits of a thread id's SHA-256 (a run's operations ask for the same ones)."""
+    return hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def _error_type(exc: BaseException) -> str:
     return type(exc).__qualname__
 
 
-def _global_configured() -> bool:
-    """Whether an application set a global tracer or meter provider (the API hands out
-    proxies until then)."""
-    return (not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
-            or type(_metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider")
+def _tracer_configured() -> bool:
+    """Whether an application set the global tracer provider (the API hands out proxies
+    until then). Once set, it stays: the answer is kept then."""
+    global _tracer_known
+    if not _tracer_known:
+        _tracer_known = _tracer_set()
+    return _tracer_known
+
+
+def _meter_configured() -> bool:
+    """Likewise, the global meter provider."""
+    global _meter_known
+    if not _meter_known:
+        _meter_known = _meter_set()
+    return _meter_known
+
+
+_tracer_known = _meter_known = False
+
+
+def _flag(module: Any, name: str, fallback: Callable[[], bool]) -> Callable[[], bool]:
+    """A cheap test of whether a global provider was set: the API's set-once guard's flag
+    (read, never changed); `fallback`, a look at the provider, where that guard differs."""
+    once: Any = getattr(module, name, None)
+    if isinstance(getattr(once, "_done", None), bool):
+        return lambda: bool(once._done)
+    return fallback
+
+
+def _tracer_set() -> bool:
+    return not isinstance(_trace.get_tracer_provider(), _trace.ProxyTracerProvider)
+
+
+def _meter_set() -> bool:
+    return type(_metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider"
+
+
+if _trace is not None:
+    _tracer_set = _flag(_trace, "_TRACER_PROVIDER_SET_ONCE", _tracer_set)
+    try:
+        from opentelemetry.metrics import _internal as _metrics_internal
+    except ImportError:  # pragma: no cover - another layout of the API
+        pass
+    else:
+        _meter_set = _flag(_metrics_internal, "_METER_PROVIDER_SET_ONCE", _meter_set)
 
 
 @functools.cache

@@ -61,8 +61,7 @@ class Writing(Auditing):
         if tracing():
             deltas = sum(b.base_version is not None and b.channel not in fell_back
                          for b in put.blobs)
-            count(rows=1 + len(put.blobs), bytes=_put_bytes(put), channels=len(put.blobs),
-                  delta_channels=deltas)
+            count(rows=1 + len(put.blobs), bytes=_put_bytes(put), delta_channels=deltas)
             note(namespace_depth=_depth(put.row.checkpoint_ns))
         return put
 
