@@ -360,3 +360,42 @@ async def test_a_retry_after_a_lost_connection_is_counted(recorded: Recorded,
     assert retried and all(s.status.status_code is not StatusCode.ERROR for s in retried)
     (point,) = recorded.points()["lgckpt.retries"]
     assert point.value == sum(s.attributes["lgckpt.retries"] for s in retried)
+
+
+def test_spans_only_or_points_only(recorded: Recorded, tmp_path: Path) -> None:
+    """A tracer provider alone gives spans and no points; a meter provider alone, points and
+    no span (none is even made: the cheaper setups of docs/observability.md)."""
+    spans_only = Telemetry(tracer_provider=recorded.tracer_provider)
+    points_only = Telemetry(meter_provider=recorded.meter_provider)
+    assert spans_only.tracing and not spans_only.measuring
+    assert points_only.measuring and not points_only.tracing
+    for name, telemetry in (("spans", spans_only), ("points", points_only)):
+        with saver_handle("sqlite", tmp_path / name, telemetry=telemetry) as h:
+            chat_graph().compile(checkpointer=h.saver).invoke({"messages": [human("hi")]},
+                                                              cfg(name))
+    spans = recorded.finished()
+    assert {s.attributes["lgckpt.thread.id_hash"] for s in spans} == {digest("spans")}
+    (duration,) = [p for p in recorded.points()["db.client.operation.duration"]
+                   if p.attributes["db.operation.name"] == "put"]
+    assert duration.count == 3  # the points-only run's three puts
+
+
+def test_without_the_extra(tmp_path: Path) -> None:
+    """Where OpenTelemetry cannot be imported (no `[otel]` extra): checkpointers work, and
+    telemetry stays off even when asked for."""
+    script = textwrap.dedent(f"""
+        import sys
+        import langgraph.graph, langchain_core.tracers.schemas  # theirs, loaded as usual
+        for name in [n for n in sys.modules if n.startswith("opentelemetry")]:
+            del sys.modules[name]
+        sys.modules["opentelemetry"] = None
+        from langgraph_ckpt_ext import SQLiteCheckpointer, Telemetry
+        cp = SQLiteCheckpointer({str(tmp_path / "n.db")!r}, telemetry=Telemetry())
+        config = {{"configurable": {{"thread_id": "t"}}}}
+        assert cp.get_tuple(config) is None and not cp.telemetry.on
+        print("ok")
+        cp.close()
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
