@@ -95,20 +95,16 @@ class Reading(SaverBase):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        items = self._alist(config, filter=filter, before=before, limit=limit)
+        items = self._alist(config, filter, before, limit)
         if not self.telemetry.on:
             return items
         return self.telemetry.listing(
             self.db_system, None if config is None else config_thread(config), items)
 
-    async def _alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
+    async def _alist(self, config: RunnableConfig | None, filter: dict[str, Any] | None,
+                     before: RunnableConfig | None, limit: int | None
+                     ) -> AsyncIterator[CheckpointTuple]:
+        """`alist`, untraced."""
         flt = validate_filter(filter)
         if limit is not None and limit <= 0:
             return
