@@ -137,9 +137,12 @@ class Telemetry:
         """`list`: a span over the whole iteration, with the checkpoints it returned. Not made
         current: an async generator's steps may run in different contexts."""
         common = _common(system, "list")
-        attributes = {**common, **self.thread_attributes(thread_id)}
-        span = self.tracer.start_span(f"list {system or 'lgckpt'}", kind=_trace.SpanKind.CLIENT,
-                                      attributes=attributes)
+        span: Any = None
+        if self.tracing:
+            span = self.tracer.start_span(
+                f"list {system or 'lgckpt'}", kind=_trace.SpanKind.CLIENT,
+                attributes={**common, **self.thread_attributes(thread_id)})
+        instruments = self.instruments if self.measuring else None
         start, returned = time.perf_counter(), 0
         error: str | None = None
         try:
@@ -149,15 +152,18 @@ class Telemetry:
         except BaseException as exc:
             if not isinstance(exc, GeneratorExit):  # the caller stopped early: no error
                 error = _error_type(exc)
-                span.set_attribute("error.type", error)
-                span.record_exception(exc)
-                span.set_status(_trace.Status(_trace.StatusCode.ERROR, error))
+                if span is not None:
+                    span.set_attribute("error.type", error)
+                    span.record_exception(exc)
+                    span.set_status(_trace.Status(_trace.StatusCode.ERROR, error))
             raise
         finally:
             noted = {"db.response.returned_rows": returned}
-            span.set_attributes(noted)
-            span.end()
-            self.instruments.record(common, noted, time.perf_counter() - start, error)
+            if span is not None:
+                span.set_attributes(noted)
+                span.end()
+            if instruments is not None:
+                instruments.record(common, noted, time.perf_counter() - start, error)
 
 
 def instance_name(source: object) -> str:

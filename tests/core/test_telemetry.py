@@ -212,7 +212,7 @@ def gauges(recorded: Recorded) -> dict[str, list[tuple[float, dict[str, Any]]]]:
                                                                                 "lgckpt.replica"))}
 
 
-@pytest.mark.parametrize("backend", [param("sqlite"), param("postgres")])
+@pytest.mark.parametrize("backend", [param("sqlite"), param("postgres"), param("redis")])
 def test_smart_flushes_are_spans_and_its_buffer_a_gauge(backend: str, recorded: Recorded,
                                                         tmp_path: Path) -> None:
     """Through a `SmartCheckpointer` (its inner's telemetry): each flush a `flush` span with
@@ -399,3 +399,28 @@ def test_without_the_extra(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+@pytest.mark.redis
+def test_replicas_in_the_replicator_process_are_gauged_here(recorded: Recorded,
+                                                           tmp_path: Path) -> None:
+    """Replicas given as URLs are applied by the replicator process, which records nothing:
+    this process gauges their queue, lag and health from what it reports, and traces the
+    primary's writes (a Redis primary here)."""
+    from langgraph_ckpt_ext import ReplicatedCheckpointer
+
+    with saver_handle("redis", tmp_path, telemetry=recorded.telemetry()) as h:
+        cp = ReplicatedCheckpointer(h.saver, [f"sqlite:///{tmp_path / 'r.db'}"], names=["far"])
+        try:
+            chat_graph().compile(checkpointer=cp).invoke({"messages": [human("hi")]},
+                                                         cfg("t-far"))
+            assert cp.flush(10)
+            ops = Counter(s.attributes["db.operation.name"] for s in recorded.finished())
+            assert ops["put"] == 3 and ops["put_writes"] == 2 and "write_rows" not in ops
+            assert {s.attributes["db.system.name"] for s in recorded.finished()} == {"redis"}
+            held = gauges(recorded)
+            assert held["lgckpt.replica.up"] == [(1, {"lgckpt.instance": cp._instance,
+                                                       "lgckpt.replica": "far"})]
+            assert held["lgckpt.replica.queue_depth"][0][0] == 0
+        finally:
+            cp.close()
