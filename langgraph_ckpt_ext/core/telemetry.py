@@ -50,6 +50,18 @@ GAUGES = {
 }
 _instances = itertools.count(1)
 
+# What the maintenance operations did, as counters: (operation, its count) -> metric name.
+TALLIES = {
+    ("sweep", "lgckpt.threads_deleted"): "lgckpt.sweep.threads_deleted",
+    ("sweep", "lgckpt.threads_trimmed"): "lgckpt.sweep.threads_trimmed",
+    ("sweep", "lgckpt.checkpoints_deleted"): "lgckpt.sweep.checkpoints_deleted",
+    ("migrate_threads", "lgckpt.threads_migrated"): "lgckpt.migration.threads_migrated",
+    ("migrate_threads", "lgckpt.checkpoints_migrated"): "lgckpt.migration.checkpoints_migrated",
+    ("repair", "lgckpt.checkpoints_copied"): "lgckpt.repair.checkpoints_copied",
+    ("repair", "lgckpt.writes_copied"): "lgckpt.repair.writes_copied",
+    ("repair", "lgckpt.threads_rebuilt"): "lgckpt.repair.threads_rebuilt",
+}
+
 
 class Observed(Protocol):
     """A wrapper whose state the gauges read (`Telemetry.watch`)."""
@@ -164,6 +176,9 @@ class Telemetry:
                 span.end()
             if instruments is not None:
                 instruments.record(common, noted, time.perf_counter() - start, error)
+
+
+_TALLIED = {op for op, _ in TALLIES}
 
 
 def instance_name(source: object) -> str:
@@ -307,6 +322,21 @@ class _Instruments:
             description="Bytes of rows written (checkpoints, blobs, writes), before encryption")
         self.rows = meter.create_observable_counter(
             "lgckpt.rows_written", [written(1)], unit="{row}", description="Rows written")
+        # What sweeps, migrations and repairs did: added up likewise, one counter each.
+        self._tallies: dict[tuple[str, str | None], int] = {}
+
+        def tally(metric: str) -> Callable[[Any], list[Any]]:
+            def read(_: Any) -> list[Any]:
+                with self._adding:
+                    totals = [(system, v) for (m, system), v in self._tallies.items()
+                              if m == metric]
+                return [_metrics.Observation(v, {} if system is None
+                                             else {"db.system.name": system})
+                        for system, v in totals]
+            return read
+
+        self.tallies = [meter.create_observable_counter(metric, [tally(metric)])
+                        for metric in TALLIES.values()]
         self.returned = meter.create_histogram(
             "db.client.response.returned_rows", unit="{row}",
             description="Checkpoints a read returned")
@@ -336,8 +366,15 @@ class _Instruments:
         if error is not None:
             self.errors.add(1, attrs)
             return
+        operation, system = common["db.operation.name"], common.get("db.system.name")
+        if operation in _TALLIED:
+            with self._adding:
+                for (op, name), metric in TALLIES.items():
+                    if op == operation and noted.get(name):
+                        tallied = (metric, system)
+                        self._tallies[tallied] = self._tallies.get(tallied, 0) + noted[name]
         if "lgckpt.bytes" in noted:
-            key = (common.get("db.system.name"), common["db.operation.name"])
+            key = (system, operation)
             with self._adding:
                 totals = self._written.get(key)
                 if totals is None:

@@ -267,6 +267,8 @@ def test_replication_traces_applies_and_repairs_and_gauges_each_replica(
                      if s.attributes["db.operation.name"] == "repair"]
         assert repair.attributes["lgckpt.checkpoints_copied"] == 3
         assert repair.attributes["lgckpt.threads_checked"] == 1
+        (copied,) = recorded.points()["lgckpt.repair.checkpoints_copied"]
+        assert copied.value == 3
         held = gauges(recorded)
         for name in ("lgckpt.replica.queue_depth", "lgckpt.replica.lag", "lgckpt.replica.up"):
             (_, attributes), = held[name]
@@ -302,6 +304,12 @@ def test_sweeps_and_migrations_are_spans_with_what_they_did(recorded: Recorded,
     assert migration.attributes["lgckpt.threads_migrated"] == migrated.threads_migrated
     assert migration.attributes["lgckpt.checkpoints_migrated"] == migrated.checkpoints_migrated
     assert migrated.threads_seen == 1
+    points = {name: [(p.value, dict(p.attributes)) for p in ps]
+              for name, ps in recorded.points().items() if name.startswith("lgckpt.")}
+    assert points["lgckpt.sweep.checkpoints_deleted"] == [(4, {"db.system.name": "sqlite"})]
+    assert points["lgckpt.sweep.threads_trimmed"] == [(1, {"db.system.name": "sqlite"})]
+    assert points["lgckpt.migration.checkpoints_migrated"] == [
+        (migrated.checkpoints_migrated, {"db.system.name": "sqlite"})]
 
 
 def test_the_prometheus_example_of_the_docs(tmp_path: Path) -> None:
