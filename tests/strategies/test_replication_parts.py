@@ -212,3 +212,25 @@ def test_a_lingering_worker_is_woken_by_a_first_op_and_a_full_batch_only() -> No
         replica.stop()
         assert replica.thread is not None
         replica.thread.join(5)
+
+
+def test_a_replica_going_down_is_logged_once_without_passwords(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """`langgraph_ckpt_ext.replication` logs a replica's change of health once, with its
+    figures as `record.lgckpt`, and no password a URL in the error held."""
+    from langgraph_ckpt_ext.strategies.replication.health import Health
+
+    caplog.set_level("INFO", "langgraph_ckpt_ext.replication")
+    r = Health("far", 10)
+    error = ConnectionError("could not reach postgresql://app:s3cr3t@db:5432/x")
+    r._set_up(False, error)
+    r._set_up(False, error)  # still down: nothing more
+    r.failures = 2
+    r._set_up(True, None)
+    down, back = caplog.records
+    assert down.levelname == "WARNING" and back.levelname == "INFO"
+    assert "s3cr3t" not in down.getMessage() and "app:***@db" in down.getMessage()
+    assert down.lgckpt == {"replica": "far", "up": False, "failures": 0,  # type: ignore[attr-defined]
+                           "error": "ConnectionError: could not reach "
+                                    "postgresql://app:***@db:5432/x"}
+    assert "back after 2 failed attempts" in back.getMessage()
