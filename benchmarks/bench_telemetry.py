@@ -14,6 +14,10 @@ storage of its own:
   sampled   the same with the sampler production setups use, a tenth of the traces kept
             (`ParentBased(TraceIdRatioBased(0.1))`): every operation's metric points, one
             span in ten recorded
+  sdk-floor the least a span and a point per operation can cost: the same SDK setup, each
+            operation one span with one attribute and one histogram point, nothing else of
+            ours (no thread hash, no rows or bytes, no gauges): what "on" would cost were this
+            package's own part free
 
 The three take turns in blocks of `--block` turns (one new thread each), the order rotated
 every round; the CPU of the process per block (`time.process_time`, the span processor's
@@ -31,12 +35,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +53,29 @@ from places import drop, open_saver, server_options
 
 from langgraph_ckpt_ext import InMemoryCheckpointer, Telemetry
 
-VARIANTS = ("disabled", "off", "on", "sampled")
+VARIANTS = ("disabled", "off", "on", "sampled", "sdk-floor")
+
+
+class SdkFloor(Telemetry):
+    """Each operation: one span (one attribute) and one histogram point, straight through the
+    SDK."""
+
+    def __init__(self, tracer_provider: Any, meter_provider: Any) -> None:
+        super().__init__(tracer_provider=tracer_provider, meter_provider=meter_provider)
+        self._floor_tracer = tracer_provider.get_tracer("floor")
+        self._floor_histogram = meter_provider.get_meter("floor").create_histogram("floor")
+
+    @contextlib.contextmanager
+    def operation(self, system: str | None, name: str, thread_id: str | None,  # type: ignore[override]
+                  attributes: dict[str, Any] | None = None) -> Iterator[None]:
+        from opentelemetry.trace import SpanKind
+
+        attrs = {"db.operation.name": name}
+        start = time.perf_counter()
+        with self._floor_tracer.start_as_current_span(name, kind=SpanKind.CLIENT,
+                                                      attributes=attrs):
+            yield None
+        self._floor_histogram.record(time.perf_counter() - start, attrs)
 
 
 def sdk(ratio: float = 1.0) -> tuple[Telemetry, Any, Any]:
@@ -69,7 +97,9 @@ def sdk(ratio: float = 1.0) -> tuple[Telemetry, Any, Any]:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     on, tracer_provider, exporter = sdk()
     sampled, sampled_provider, _ = sdk(0.1)
-    options = {"disabled": False, "off": None, "on": on, "sampled": sampled}
+    floor, floor_provider, _ = sdk()
+    options = {"disabled": False, "off": None, "on": on, "sampled": sampled,
+               "sdk-floor": SdkFloor(floor_provider, floor._meter_provider)}
     places = {v: f"lgxotel_{uuid.uuid4().hex[:8]}_{v}" for v in VARIANTS}
     tmp = tempfile.TemporaryDirectory(prefix="lgxotel_")
     savers: dict[str, Any] = {}
@@ -105,6 +135,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         tracer_provider.force_flush()
         spans = len(exporter.get_finished_spans())
         sampled_provider.shutdown()
+        floor_provider.shutdown()
     finally:
         for s in savers.values():
             await s.aclose()
@@ -169,6 +200,9 @@ def main() -> None:
                     ("sampled", "under 5%")):
         x = out["variants"][v]["cpu_x"]
         print(f"{v}: {100 * (x - 1):+.1f}% CPU per turn against disabled (goal: {goal})")
+    floor = out["variants"]["sdk-floor"]["cpu_x"]
+    print(f"sdk-floor: {100 * (floor - 1):+.1f}%: a span and a point per operation straight "
+          "through the SDK, nothing of ours")
     if args.json:
         import jsonout
 
