@@ -177,6 +177,40 @@ def count_repairs(saver: ReplicatedCheckpointer, log: list[tuple[float, Any]]) -
     saver._repair = repair  # type: ignore[method-assign]
 
 
+async def open_variant(variant: str, args: argparse.Namespace, place: str, directory: Path,
+                       opened: list[Any], readers: bool = True) -> Any:
+    """The graph's checkpointer of `variant` on fresh storage (`place`: the PG schema and the
+    Redis key prefix; the SQLite replica in `directory`): the bare primary, or the wrapper over
+    it. The stores opened here go into `opened` (primary, redis, sqlite), for the caller to
+    count and close; the wrapper is the caller's to close. `readers=False`: replicas applied
+    in the replicator process get no store in this process (none to count them with)."""
+    primary = PostgresCheckpointer(args.dsn, schema=place, setup=False)
+    opened.append(primary)
+    await primary.asetup()
+    mode = VARIANTS[variant]
+    if mode is None:
+        return primary
+    consistency, options = mode
+    process = bool(options.get("process"))
+    options = {k: v for k, v in options.items() if k != "process"}
+    if consistency == "anti_entropy":
+        options["repair_interval"] = args.repair_interval
+    if args.linger is not None:
+        options["linger"] = args.linger
+    replicas: list[Any] = [(args.redis_url, {"key_prefix": place}),
+                           f"sqlite:///{directory / 'replica.db'}"]
+    if readers or not process:
+        redis = RedisCheckpointer(args.redis_url, key_prefix=place, setup=False)
+        sqlite = SQLiteCheckpointer(directory / "replica.db", setup=False)
+        for store in (redis, sqlite):
+            opened.append(store)
+            await store.asetup()
+        if not process:
+            replicas = [redis, sqlite]
+    return ReplicatedCheckpointer(primary, replicas, consistency, names=list(REPLICAS),
+                                  **options)
+
+
 async def run_variant(variant: str, args: argparse.Namespace, concurrency: int
                       ) -> dict[str, Any]:
     place = f"lgxrepl_{uuid.uuid4().hex[:10]}"  # the PG schema and the Redis key prefix
@@ -190,29 +224,9 @@ async def run_variant(variant: str, args: argparse.Namespace, concurrency: int
     neighbour: Any = None
     stop: Any = None
     try:
-        primary = PostgresCheckpointer(args.dsn, schema=place, setup=False)
-        opened.append(primary)
-        await primary.asetup()
-        saver: Any = primary
-        if mode is not None:
-            redis = RedisCheckpointer(args.redis_url, key_prefix=place, setup=False)
-            opened.append(redis)
-            await redis.asetup()
-            sqlite = SQLiteCheckpointer(Path(tmp.name) / "replica.db", setup=False)
-            opened.append(sqlite)
-            await sqlite.asetup()
-            consistency, options = mode
-            if consistency == "anti_entropy":
-                options = {**options, "repair_interval": args.repair_interval}
-            replicas: list[Any] = [redis, sqlite]
-            if args.linger is not None:
-                options = {**options, "linger": args.linger}
-            if options.get("process"):
-                options = {k: v for k, v in options.items() if k != "process"}
-                replicas = [(args.redis_url, {"key_prefix": place}),
-                            f"sqlite:///{Path(tmp.name) / 'replica.db'}"]
-            wrapper = saver = ReplicatedCheckpointer(
-                primary, replicas, consistency, names=list(REPLICAS), **options)
+        saver = await open_variant(variant, args, place, Path(tmp.name), opened)
+        if isinstance(saver, ReplicatedCheckpointer):
+            wrapper = saver
             count_repairs(wrapper, repairs)
         graph = build_graph(saver)
         gate = asyncio.Semaphore(concurrency)

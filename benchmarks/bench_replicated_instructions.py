@@ -46,15 +46,10 @@ from langchain_core.messages import HumanMessage
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jsonout
 from bench_backends import build_graph, text
-from bench_replicated import CPU_TARGET, REPLICAS, VARIANTS
+from bench_replicated import CPU_TARGET, open_variant
 from places import drop, server_options
 
-from langgraph_ckpt_ext import (
-    PostgresCheckpointer,
-    RedisCheckpointer,
-    ReplicatedCheckpointer,
-    SQLiteCheckpointer,
-)
+from langgraph_ckpt_ext import ReplicatedCheckpointer
 
 CHOICES = ("bare", "async-proc", "async")
 _COLLECTED = re.compile(r"Collected : (\d+)")
@@ -68,23 +63,9 @@ async def work(variant: str, threads: int, args: argparse.Namespace) -> None:
     opened: list[Any] = []
     wrapper: ReplicatedCheckpointer | None = None
     try:
-        primary = PostgresCheckpointer(args.dsn, schema=place, setup=False)
-        opened.append(primary)
-        await primary.asetup()
-        saver: Any = primary
-        mode = VARIANTS[variant]
-        if mode is not None:
-            consistency, options = mode
-            replicas: list[Any]
-            if options.get("process"):
-                replicas = [(args.redis_url, {"key_prefix": place}),
-                            f"sqlite:///{Path(tmp.name) / 'replica.db'}"]
-            else:
-                replicas = [RedisCheckpointer(args.redis_url, key_prefix=place),
-                            SQLiteCheckpointer(Path(tmp.name) / "replica.db")]
-                opened += replicas
-            wrapper = saver = ReplicatedCheckpointer(
-                primary, replicas, consistency, names=list(REPLICAS), linger=args.linger)
+        saver = await open_variant(variant, args, place, Path(tmp.name), opened, readers=False)
+        if isinstance(saver, ReplicatedCheckpointer):
+            wrapper = saver
         graph = build_graph(saver)
         for t in range(threads):
             for k in range(args.turns):

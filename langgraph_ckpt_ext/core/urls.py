@@ -423,6 +423,16 @@ def redact(url: str) -> str:
     return mask(url, url_secrets(url))
 
 
+_URL_IN_TEXT = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.I)
+
+
+def redact_text(text: str) -> str:
+    """`text` (an error's message, say) with the password of every URL it quotes, and query
+    parameters that hold one, shown as `***`."""
+    secrets = [s for url in _URL_IN_TEXT.findall(text) for s in url_secrets(url)]
+    return mask(text, secrets) if secrets else text
+
+
 def url_secrets(url: str) -> list[str]:
     """What in `url` must never be printed: the password (as written, decoded, and each piece
     a parser may cut it into) and the values of query parameters that hold one."""

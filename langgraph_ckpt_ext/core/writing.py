@@ -59,9 +59,9 @@ class Writing(Auditing):
         fell_back = await self._store.write_checkpoint(put.row, put.blobs, guard)
         self._stored(put, fell_back)
         if tracing():
-            deltas = sum(b.base_version is not None and b.channel not in fell_back
-                         for b in put.blobs)
-            count(rows=1 + len(put.blobs), bytes=_put_bytes(put), delta_channels=deltas)
+            count_items([(put.row, put.blobs)])
+            count(delta_channels=sum(b.base_version is not None and b.channel not in fell_back
+                                     for b in put.blobs))
             note(namespace_depth=_depth(put.row.checkpoint_ns))
         return put
 
@@ -199,7 +199,7 @@ class Writing(Auditing):
         else:
             await self._store.write_writes(rows, guard)
         if tracing():
-            count(rows=len(rows), bytes=sum(len(r.data) for r in rows))
+            count_items([rows])
             note(namespace_depth=_depth(rows[0].checkpoint_ns))
         return rows
 
@@ -245,10 +245,6 @@ class Writing(Auditing):
         )
 
 
-def _put_bytes(put: PreparedPut) -> int:
-    return _row_bytes(put.row, put.blobs)
-
-
 def _row_bytes(row: CheckpointRow, blobs: Sequence[BlobRow]) -> int:
     return len(row.checkpoint[1]) + len(row.metadata[1]) + sum(len(b.data) for b in blobs)
 
@@ -269,7 +265,8 @@ def count_items(items: Sequence[BatchItem]) -> None:
 
 
 def _depth(ns: str) -> int:
-    """How deep a checkpoint namespace is: 0 for the root graph, 1 for a subgraph, ..."""
+    """How deep a checkpoint namespace is: 0 for the root graph, 1 for a subgraph, ...
+    (LangGraph joins a nested graph's namespace to its parent's with `|`)."""
     return 0 if not ns else ns.count("|") + 1
 
 

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections import Counter
 
+from ...core.urls import redact_text
 from .failures import describe
 from .queue import Op
 from .status import ReplicaStatus
 
 log = logging.getLogger("langgraph_ckpt_ext.replication")
-# A URL's password in an error's text (`scheme://user:password@`), kept out of the logs.
-_PASSWORD = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^\s:/@]*:)[^\s@]+@", re.IGNORECASE)
-
-
-def scrubbed(text: str) -> str:
-    """`text` with any URL's password shown as `***`."""
-    return _PASSWORD.sub(r"\1***@", text)
 
 
 class Health:
@@ -70,7 +63,7 @@ class Health:
         """Record whether the replica answers (under `cond`), logged when that changes."""
         if up != self.up:
             details = {"replica": self.name, "up": up, "failures": self.failures,
-                       "error": None if error is None else scrubbed(describe(error))}
+                       "error": None if error is None else redact_text(describe(error))}
             if up:
                 log.info("replica %s is back after %d failed attempts", self.name,
                          self.failures, extra={"lgckpt": details})
