@@ -189,8 +189,8 @@ async def test_paused_replica_put_refused_with_wait_acknowledged_without(
         sentinels: SentinelSetup) -> None:
     replica = sentinels.replicas[0]
     async with RedisCheckpointer.from_conn_string(sentinels.url) as plain, \
-            RedisCheckpointer.from_conn_string(
-                f"{sentinels.url}?wait_replicas=1&wait_timeout=0.3&key_prefix=waits") as waits:
+            RedisCheckpointer.from_conn_string(  # time for an ack on a loaded machine
+                f"{sentinels.url}?wait_replicas=1&wait_timeout=2&key_prefix=waits") as waits:
         graphs = [chat(lambda n: None).compile(checkpointer=cp) for cp in (plain, waits)]
         for g in graphs:
             assert await turn(g, CFG, "m1") == 0
