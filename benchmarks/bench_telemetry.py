@@ -14,6 +14,9 @@ storage of its own:
   sampled   the same with the sampler production setups use, a tenth of the traces kept
             (`ParentBased(TraceIdRatioBased(0.1))`): every operation's metric points, one
             span in ten recorded
+  lean      the same SDK, the operations of every step (`get_tuple`, `put_writes`) left out
+            of the spans (`Telemetry(spans=...)`): a span per checkpoint, points for all
+  points    metric points only (a meter provider, no tracer provider)
   sdk-floor the least a span and a point per operation can cost: the same SDK setup, each
             operation one span with one attribute and one histogram point, nothing else of
             ours (no thread hash, no rows or bytes, no gauges): what "on" would cost were this
@@ -53,7 +56,8 @@ from places import drop, open_saver, server_options
 
 from langgraph_ckpt_ext import InMemoryCheckpointer, Telemetry
 
-VARIANTS = ("disabled", "off", "on", "sampled", "sdk-floor")
+VARIANTS = ("disabled", "off", "on", "sampled", "lean", "points", "sdk-floor")
+LEAN = Telemetry.OPERATIONS - {"get_tuple", "put_writes"}
 
 
 class SdkFloor(Telemetry):
@@ -78,9 +82,14 @@ class SdkFloor(Telemetry):
         self._floor_histogram.record(time.perf_counter() - start, attrs)
 
 
-def sdk(ratio: float = 1.0) -> tuple[Telemetry, Any, Any]:
+def meter_provider() -> Any:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    return MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+
+def sdk(ratio: float = 1.0, **options: Any) -> tuple[Telemetry, Any, Any]:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -89,17 +98,19 @@ def sdk(ratio: float = 1.0) -> tuple[Telemetry, Any, Any]:
     exporter = InMemorySpanExporter()
     tracer_provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)))
     tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
-    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    return (Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider),
+    return (Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider(),
+                      **options),
             tracer_provider, exporter)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     on, tracer_provider, exporter = sdk()
     sampled, sampled_provider, _ = sdk(0.1)
+    lean, lean_provider, _ = sdk(spans=LEAN)
     floor, floor_provider, _ = sdk()
-    options = {"disabled": False, "off": None, "on": on, "sampled": sampled,
-               "sdk-floor": SdkFloor(floor_provider, floor._meter_provider)}
+    points = Telemetry(meter_provider=meter_provider())
+    options = {"disabled": False, "off": None, "on": on, "sampled": sampled, "lean": lean,
+               "points": points, "sdk-floor": SdkFloor(floor_provider, floor._meter_provider)}
     places = {v: f"lgxotel_{uuid.uuid4().hex[:8]}_{v}" for v in VARIANTS}
     tmp = tempfile.TemporaryDirectory(prefix="lgxotel_")
     savers: dict[str, Any] = {}
@@ -134,8 +145,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             rounds.append({v: await block(v) for v in order})
         tracer_provider.force_flush()
         spans = len(exporter.get_finished_spans())
-        sampled_provider.shutdown()
-        floor_provider.shutdown()
+        for provider in (sampled_provider, lean_provider, floor_provider):
+            provider.shutdown()
     finally:
         for s in savers.values():
             await s.aclose()
@@ -197,7 +208,7 @@ def main() -> None:
         print(f"{v:<9} {row['turns_per_s']:>8.1f} {row['cpu_ms']:>11.2f} {row['cpu_x']:>15.3f} "
               f"{q[0]:>6.3f}-{q[-1]:.3f} {row['turns_x']:>9.3f}")
     for v, goal in (("off", "nothing measurable"), ("on", "under 5%"),
-                    ("sampled", "under 5%")):
+                    ("sampled", "under 5%"), ("lean", "under 5%"), ("points", "under 5%")):
         x = out["variants"][v]["cpu_x"]
         print(f"{v}: {100 * (x - 1):+.1f}% CPU per turn against disabled (goal: {goal})")
     floor = out["variants"]["sdk-floor"]["cpu_x"]

@@ -34,6 +34,10 @@ except ImportError:  # the extra is not installed: telemetry stays off
     _context = _metrics = _trace = None  # type: ignore[assignment]
 
 ThreadIds = Literal["hash", "plain", "omit"]
+# Every operation this package traces, by the name its span and points carry.
+OPERATIONS = frozenset({
+    "get_tuple", "list", "put", "put_writes", "delete_thread", "delete_for_runs", "copy_thread",
+    "prune", "put_batch", "write_rows", "flush", "repair", "sweep", "migrate_threads"})
 SCOPE = "langgraph_ckpt_ext"
 # Seconds; the bucket boundaries the semantic conventions advise for operation durations.
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
@@ -80,6 +84,10 @@ class Telemetry:
         thread_ids: how spans show a thread id: `"hash"` (default: `lgckpt.thread.id_hash`,
             16 hex digits of its SHA-256), `"plain"` (`lgckpt.thread.id`), or `"omit"`.
         enabled: False: no spans, no metrics, whatever is configured.
+        spans: the operations that are spans (names of `OPERATIONS`, as `{"put", "flush"}`);
+            None (default): all. Every operation records its metric points either way. A span
+            costs far more than a point (tens of microseconds in the Python SDK): leaving out
+            the ones of every step (`get_tuple`, `put_writes`) is how to trace for less.
 
     Example:
         >>> from opentelemetry.sdk.trace import TracerProvider           # doctest: +SKIP
@@ -87,10 +95,19 @@ class Telemetry:
         ...                         telemetry=Telemetry(tracer_provider=TracerProvider()))
     """
 
+    OPERATIONS = OPERATIONS
+
     def __init__(self, *, tracer_provider: Any = None, meter_provider: Any = None,
-                 thread_ids: ThreadIds = "hash", enabled: bool = True) -> None:
+                 thread_ids: ThreadIds = "hash", enabled: bool = True,
+                 spans: Iterable[str] | None = None) -> None:
         if thread_ids not in ("hash", "plain", "omit"):
             raise ValueError(f"thread_ids must be 'hash', 'plain' or 'omit', not {thread_ids!r}")
+        if isinstance(spans, str):
+            raise TypeError(f"spans must be a collection of operation names, not {spans!r}")
+        self.spans = OPERATIONS if spans is None else frozenset(spans)
+        if unknown := self.spans - OPERATIONS:
+            raise ValueError(f"spans names unknown operations {sorted(unknown)}; "
+                             f"known: {sorted(OPERATIONS)}")
         self.thread_ids: ThreadIds = thread_ids
         self.enabled = enabled and _trace is not None
         self._tracer_provider, self._meter_provider = tracer_provider, meter_provider
@@ -150,7 +167,7 @@ class Telemetry:
         current: an async generator's steps may run in different contexts."""
         common = _common(system, "list")
         span: Any = None
-        if self.tracing:
+        if "list" in self.spans and self.tracing:
             span = self.tracer.start_span(
                 f"list {system or 'lgckpt'}", kind=_trace.SpanKind.CLIENT,
                 attributes={**common, **self.thread_attributes(thread_id)})
@@ -208,7 +225,7 @@ class Operation:
         self.noted: dict[str, Any] = {}
         self._instruments = telemetry.instruments if telemetry.measuring else None
         self._span: Any = None
-        if telemetry.tracing:
+        if name in telemetry.spans and telemetry.tracing:
             attrs = {**common, **telemetry.thread_attributes(thread_id), **(attributes or {})}
             self._span = telemetry.tracer.start_span(
                 f"{name} {system or 'lgckpt'}", kind=_trace.SpanKind.CLIENT, attributes=attrs)
@@ -237,6 +254,71 @@ class Operation:
             span.end()
         if self._instruments is not None:
             self._instruments.record(self._common, noted, seconds, error)
+
+
+# An operation done in another process (`Recording`), as it is sent here: name, system,
+# thread id, start (ns since the epoch), seconds, what it noted, error type and message.
+Record = tuple[str, str | None, str | None, int, float, dict[str, Any], str | None, str | None]
+
+
+class Recording(Telemetry):
+    """The telemetry of a process that has no providers of its own (the replicator
+    process): each operation, while `recording` is true, is handed to `sink` as a `Record`
+    for the process that has them to `replay`."""
+
+    def __init__(self, sink: Callable[[Record], None]) -> None:
+        super().__init__()
+        self.sink, self.recording = sink, False
+
+    @property
+    def on(self) -> bool:
+        return self.recording and self.enabled
+
+    def operation(self, system: str | None, name: str, thread_id: str | None,
+                  attributes: dict[str, Any] | None = None) -> Operation:
+        return _Recorded(self, system, name, thread_id)
+
+
+class _Recorded(Operation):
+    __slots__ = ("_at", "_name", "_sink", "_system", "_thread")
+
+    def __init__(self, telemetry: Recording, system: str | None, name: str,
+                 thread_id: str | None) -> None:
+        self._sink, self._system, self._name, self._thread = (
+            telemetry.sink, system, name, thread_id)
+        self.noted = {}
+
+    def __enter__(self) -> Operation:
+        self._token = _current.set(self)
+        self._at, self._start = time.time_ns(), time.perf_counter()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: Any) -> None:
+        seconds = time.perf_counter() - self._start
+        _current.reset(self._token)
+        self._sink((self._name, self._system, self._thread, self._at, seconds, self.noted,
+                    None if exc is None else _error_type(exc),
+                    None if exc is None else str(exc)[:500]))
+
+
+def replay(telemetry: Telemetry, record: Record, attributes: dict[str, Any]) -> None:
+    """A `Record` of another process as a span (its own start and end; a root: what caused
+    it ran in this process and ended before) and metric points, with `attributes` added."""
+    name, system, thread_id, at, seconds, noted, error, message = record
+    if telemetry.tracing and name in telemetry.spans:
+        span = telemetry.tracer.start_span(
+            f"{name} {system or 'lgckpt'}", kind=_trace.SpanKind.CLIENT, start_time=at,
+            attributes={**_common(system, name), **telemetry.thread_attributes(thread_id),
+                        **attributes, **noted})
+        if error is not None:
+            span.set_attribute("error.type", error)
+            span.add_event("exception", {"exception.type": error,
+                                         "exception.message": message or ""})
+            span.set_status(_trace.Status(_trace.StatusCode.ERROR, error))
+        span.end(end_time=at + int(seconds * 1e9))
+    if telemetry.measuring:
+        telemetry.instruments.record(_common(system, name), noted, seconds, error)
 
 
 _current: contextvars.ContextVar[Operation | None] = contextvars.ContextVar(

@@ -8,6 +8,7 @@ import hashlib
 import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -388,6 +389,25 @@ def test_spans_only_or_points_only(recorded: Recorded, tmp_path: Path) -> None:
     assert duration.count == 3  # the points-only run's three puts
 
 
+def test_spans_for_chosen_operations_points_for_all(recorded: Recorded,
+                                                   tmp_path: Path) -> None:
+    """`spans=` names the operations that are spans; every operation still records its
+    points. A name that is no operation, or a bare string, is refused."""
+    telemetry = recorded.telemetry(spans=Telemetry.OPERATIONS - {"get_tuple", "put_writes"})
+    with saver_handle("sqlite", tmp_path, telemetry=telemetry) as h:
+        graph = chat_graph().compile(checkpointer=h.saver)
+        graph.invoke({"messages": [human("hi")]}, cfg("chosen"))
+        assert len(list(h.saver.list(cfg("chosen")))) == 3
+    assert Counter(s.name for s in recorded.finished()) == {"put sqlite": 3, "list sqlite": 1}
+    calls = Counter({p.attributes["db.operation.name"]: p.count
+                     for p in recorded.points()["db.client.operation.duration"]})
+    assert calls["get_tuple"] >= 1 and calls["put_writes"] >= 1 and calls["put"] == 3
+    with pytest.raises(ValueError, match=r"unknown operations \['gett_tuple'\]"):
+        Telemetry(spans={"put", "gett_tuple"})
+    with pytest.raises(TypeError, match="collection of operation names"):
+        Telemetry(spans="put")
+
+
 def test_without_the_extra(tmp_path: Path) -> None:
     """Where OpenTelemetry cannot be imported (no `[otel]` extra): checkpointers work, and
     telemetry stays off even when asked for."""
@@ -410,25 +430,50 @@ def test_without_the_extra(tmp_path: Path) -> None:
 
 
 @pytest.mark.redis
-def test_replicas_in_the_replicator_process_are_gauged_here(recorded: Recorded,
-                                                           tmp_path: Path) -> None:
-    """Replicas given as URLs are applied by the replicator process, which records nothing:
-    this process gauges their queue, lag and health from what it reports, and traces the
-    primary's writes (a Redis primary here)."""
+def test_replicas_in_the_replicator_process_are_traced_and_gauged_here(
+        recorded: Recorded, tmp_path: Path) -> None:
+    """Replicas given as URLs are applied by the replicator process, which has no providers:
+    it records what each replica's saver did and this process makes the spans (their own
+    times, `lgckpt.replica` named) and points; it gauges their queue, lag and health from
+    what the child reports. Telemetry turned off, then on again, reaches the child."""
     from langgraph_ckpt_ext import ReplicatedCheckpointer
 
-    with saver_handle("redis", tmp_path, telemetry=recorded.telemetry()) as h:
+    telemetry = recorded.telemetry()
+    with saver_handle("redis", tmp_path, telemetry=telemetry) as h:
         cp = ReplicatedCheckpointer(h.saver, [f"sqlite:///{tmp_path / 'r.db'}"], names=["far"])
         try:
-            chat_graph().compile(checkpointer=cp).invoke({"messages": [human("hi")]},
-                                                         cfg("t-far"))
+            graph = chat_graph().compile(checkpointer=cp)
+            before = time.time_ns()
+            graph.invoke({"messages": [human("hi")]}, cfg("t-far"))
             assert cp.flush(10)
-            ops = Counter(s.attributes["db.operation.name"] for s in recorded.finished())
-            assert ops["put"] == 3 and ops["put_writes"] == 2 and "write_rows" not in ops
-            assert {s.attributes["db.system.name"] for s in recorded.finished()} == {"redis"}
+            spans = recorded.finished()
+            ops = Counter(s.attributes["db.operation.name"] for s in spans)
+            assert ops["put"] == 3 and ops["put_writes"] == 2 and ops["write_rows"] >= 1, ops
+            applied = [s for s in spans if s.attributes["db.operation.name"] == "write_rows"]
+            for s in applied:
+                assert s.attributes["db.system.name"] == "sqlite"
+                assert s.attributes["lgckpt.replica"] == "far"
+                assert s.attributes["lgckpt.thread.id_hash"] == digest("t-far")
+                assert before < s.start_time < s.end_time <= time.time_ns()
+            assert sum(s.attributes["lgckpt.rows"] for s in applied) >= 5
+            by_system = Counter(p.attributes.get("db.system.name") for p in
+                                recorded.points()["db.client.operation.duration"]
+                                for _ in range(p.count))
+            assert by_system["sqlite"] == len(applied)
             held = gauges(recorded)
             assert held["lgckpt.replica.up"] == [(1, {"lgckpt.instance": cp._instance,
                                                        "lgckpt.replica": "far"})]
             assert held["lgckpt.replica.queue_depth"][0][0] == 0
+
+            telemetry.enabled = False
+            graph.invoke({"messages": [human("off")]}, cfg("t-off"))
+            assert cp.flush(10) and len(recorded.finished()) == len(spans)
+            telemetry.enabled = True
+            graph.invoke({"messages": [human("on")]}, cfg("t-on"))
+            assert cp.flush(10)
+            again = [s for s in recorded.finished()[len(spans):]
+                     if s.attributes["db.operation.name"] == "write_rows"]
+            assert again and {s.attributes["lgckpt.thread.id_hash"] for s in again} == {
+                digest("t-on")}
         finally:
             cp.close()

@@ -143,7 +143,11 @@ class ReplicatedCheckpointer(SaverInterface, TimeTravel, ReplicatedLifecycle):
         self.repair_interval, self.full_repair_every = o.repair_interval, o.full_repair_every
         self.failover_reads, self.promote = o.failover_reads, o.promote
         self.retry_primary_after = o.retry_primary_after
-        fanout = self._fanout = Fanout(specs, names, o, track=consistency == "anti_entropy")
+        # Traced with the primary's telemetry (ours), else the global providers'; so are the
+        # replicas the replicator process applies.
+        self.telemetry: Telemetry = telemetry_of(getattr(primary, "telemetry", None))
+        fanout = self._fanout = Fanout(specs, names, o, track=consistency == "anti_entropy",
+                                       telemetry=self.telemetry)
         self._replicator: Replicator | None = fanout.replicator
         # Quorum writes carry values instead: a replica that lost an append-delta's base (a
         # restart) then writes that value whole, and the write still counts for the quorum.
@@ -158,8 +162,6 @@ class ReplicatedCheckpointer(SaverInterface, TimeTravel, ReplicatedLifecycle):
         self._closed = threading.Event()
         self._failover = Failover(primary, fanout)
         gate = Gate()
-        # Traced with the primary's telemetry (ours), else the global providers'.
-        self.telemetry: Telemetry = telemetry_of(getattr(primary, "telemetry", None))
         self.db_system: str | None = getattr(primary, "db_system", None)
         self._repairs = Repairs(self._failover, fanout, gate, self._closed, self.telemetry)
         self._writer = Writer(self._failover, fanout, gate, self._repairs, self._rows,

@@ -15,6 +15,7 @@ from typing import IO, Any
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ...core.saver import StoreCheckpointer
+from ...core.telemetry import Record, Recording
 from .epochs import as_replica
 from .failures import classifier, describe, foreign_unavailable
 from .pipe import read_frame, send_frame
@@ -129,6 +130,25 @@ class _Outbox:
         self.urgent = threading.Event()  # something to send soon
         self._send_lock = threading.Lock()  # one frame at a time, in order
         self._health: dict[int, tuple[bool, int, str | None]] = {}  # as last sent
+        # The replicas' operations, for the parent to trace while its telemetry is on.
+        self.recordings: list[Recording] = []
+        self.records: list[tuple[int, Record]] = []
+
+    def recording(self, index: int) -> Recording:
+        """The telemetry of replica `index`'s saver: its operations go to the parent."""
+        def sink(record: Record) -> None:
+            with self.lock:
+                self.records.append((index, record))
+            self.wake.set()
+
+        made = Recording(sink)
+        self.recordings.append(made)
+        return made
+
+    def record(self, on: bool) -> None:
+        """The parent's telemetry turned on or off."""
+        for r in self.recordings:
+            r.recording = on
 
     def put(self, item: Any) -> None:
         with self.lock:
@@ -161,6 +181,7 @@ class _Outbox:
             with self.lock:
                 items, self.items = self.items, []
                 marks, self.marks = self.marks, {}
+                records, self.records = self.records, []
             # read after the events and marks were taken: at least as new as they are
             states = [(r, _health(r), _applied(r)) for r in self.replicas]
             for r, state, _ in states:
@@ -169,8 +190,8 @@ class _Outbox:
                     items.append(("health", r.index, *state))
             items += [("applied", i, seq, applied) for r, _, applied in states
                       if (seq := marks.get(i := r.index)) is not None]
-            if items:
-                send_frame(self.stream, ("events", items))
+            if items or records:
+                send_frame(self.stream, ("events", items, records))
 
 
 def _health(r: ChildReplica) -> tuple[bool, int, str | None]:
@@ -214,6 +235,8 @@ def _open(specs: Sequence[tuple[str, str, dict[str, Any]]], linger: float, outbo
 
     replicas = []
     for i, (name, url, options) in enumerate(specs):
+        if options.get("telemetry") is not False:  # traced by the parent, unless refused
+            options = {**options, "telemetry": outbox.recording(i)}
         try:
             saver: BaseCheckpointSaver[Any] = connect(url, **options)
             as_replica(saver, True)
@@ -260,6 +283,8 @@ def _handle(msg: Any, replicas: list[ChildReplica], outbox: _Outbox) -> bool:
         with r.cond:
             r.queue.clear()
             r.busy.clear()
+    elif msg[0] == "telemetry":
+        outbox.record(msg[1])
     elif msg[0] == "close":
         return False
     return True
@@ -275,6 +300,7 @@ def child_main() -> None:  # pragma: no cover - runs in the child; covered by it
         hello = read_frame(stdin)
         replicas = outbox.replicas = _open(hello[1], float(hello[2].get("linger", 0.0)),
                                            outbox)
+        outbox.record(bool(hello[2].get("telemetry")))
     except BaseException as exc:
         send_frame(stdout, ("fatal", describe(exc)))
         return

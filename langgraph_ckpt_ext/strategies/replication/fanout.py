@@ -12,6 +12,7 @@ from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
+from ...core.telemetry import Telemetry
 from .options import Options, ReplicaSpec
 from .process import ProcessReplica, Replicator, deliver
 from .queue import Ack, Op
@@ -26,7 +27,7 @@ class Fanout:
     what was written since the last background repair (`track`)."""
 
     def __init__(self, specs: Sequence[ReplicaSpec], names: Sequence[str], options: Options,
-                 track: bool) -> None:
+                 track: bool, telemetry: Telemetry | None = None) -> None:
         self.options = options
         self.views: list[View] = []
         urls: list[tuple[str, str, dict[str, Any]]] = []
@@ -38,7 +39,7 @@ class Fanout:
                 self.views.append(self.replica(n, r))
         self.replicator: Replicator | None = None
         if urls:
-            self.replicator = Replicator(urls, deliver(self.views), options.linger)
+            self.replicator = Replicator(urls, deliver(self.views), options.linger, telemetry)
             for v in self.views:
                 if isinstance(v, ProcessReplica):
                     v.replicator = self.replicator

@@ -29,6 +29,7 @@ from typing import Any
 
 from ...core.errors import InvalidConfigError, ReplicationError
 from ...core.saver import StoreCheckpointer
+from ...core.telemetry import Telemetry, replay, telemetry_of
 from .failures import RemoteError
 from .health import Health
 from .pipe import read_frame, send_frame, ship
@@ -42,7 +43,8 @@ class Replicator:
     """The child process and the pipe to it (the parent's side)."""
 
     def __init__(self, specs: Sequence[tuple[str, str, dict[str, Any]]],
-                 on_events: Callable[[list[Any]], None], linger: float = 0.0) -> None:
+                 on_events: Callable[[list[Any]], None], linger: float = 0.0,
+                 telemetry: Telemetry | None = None) -> None:
         import subprocess
 
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -64,8 +66,13 @@ class Replicator:
         self._outbox: list[Any] = []  # async writes to send within `linger` (under `_lock`)
         self._due = threading.Event()  # the outbox has writes
         self._stopping = False
+        # The child records its replicas' operations while ours is on; we trace them.
+        self._telemetry = telemetry_of(telemetry)
+        self._recording = self._telemetry.on
+        self._names = [name for name, _, _ in specs]
         # the child applies what comes at once: the lag is spent here, in the outbox
-        send_frame(self._out, ("hello", list(specs), {"linger": 0.0}))
+        send_frame(self._out, ("hello", list(specs),
+                               {"linger": 0.0, "telemetry": self._recording}))
         answer = read_frame(self._in)
         if answer[0] != "ready":
             self.process.wait(timeout=10)
@@ -103,6 +110,10 @@ class Replicator:
         message = ("op", op.seq, op.kind, op.threads, ship(op.kind, op.args), targets,
                    op.ack is not None)
         with self._lock:
+            if self._telemetry.on is not self._recording:  # set up or shut down since
+                self._recording = not self._recording
+                self._outbox.append(("telemetry", self._recording))
+                self._due.set()
             if op.ack is not None or self._sender is None or len(self._outbox) + 1 >= BATCH:
                 self._send_now(message)
                 return
@@ -130,7 +141,9 @@ class Replicator:
         try:
             while True:
                 msg = read_frame(self._in)
-                if msg[0] == "events":
+                if msg[0] == "events":  # traced first: spans are in when a flush returns
+                    for index, record in msg[2]:
+                        replay(self._telemetry, record, {"lgckpt.replica": self._names[index]})
                     self._on_events(msg[1])
                 elif msg[0] == "closed":
                     break
