@@ -1,7 +1,7 @@
 """Benchmark: what OpenTelemetry costs a checkpointer, off and on.
 
 The agent of `bench_backends.py` (agent -> tool -> agent per turn, five checkpoints and
-their writes per turn, `ainvoke`) on three checkpointers of one backend in one process, each on
+their writes per turn, `ainvoke`) on seven checkpointers of one backend in one process, each on
 storage of its own:
 
   disabled  `telemetry=False`: every operation's check is `Telemetry.enabled`, as without the
@@ -22,7 +22,7 @@ storage of its own:
             ours (no thread hash, no rows or bytes, no gauges): what "on" would cost were this
             package's own part free
 
-The three take turns in blocks of `--block` turns (one new thread each), the order rotated
+The seven take turns in blocks of `--block` turns (one new thread each), the order rotated
 every round; the CPU of the process per block (`time.process_time`, the span processor's
 thread included) is divided by the disabled block of the same round, and the median of
 those ratios printed with their range; turns/s likewise. Goal (issue 24): off costs nothing

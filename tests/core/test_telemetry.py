@@ -5,6 +5,8 @@ recorded with their error type; nothing recorded when off."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -205,6 +207,54 @@ def test_the_global_providers_once_an_application_sets_them(tmp_path: Path) -> N
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['get_tuple sqlite']"
+
+
+def test_under_a_langsmith_run_in_opentelemetry_mode(tmp_path: Path) -> None:
+    """LangSmith traced with OpenTelemetry (`LANGSMITH_TRACING_MODE=otel`): a graph invoked
+    in a `@traceable` run makes its checkpointer's spans children of that run, in its trace,
+    by the ids LangSmith nests OpenTelemetry spans under its runs with (trace id: the run's
+    trace UUID; parent span: the first 8 bytes of the run's UUID). In a process of its own
+    (the environment and the global provider); LangSmith's endpoint is a closed loopback
+    port: nothing leaves the machine."""
+    script = textwrap.dedent(f"""
+        import json
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        spans = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        trace.set_tracer_provider(provider)
+        from langsmith import traceable
+        from langsmith.run_helpers import get_current_run_tree
+        from langgraph_ckpt_ext import SQLiteCheckpointer
+        from tests.support.graphs import chat_graph, human
+        cp = SQLiteCheckpointer({str(tmp_path / "ls.db")!r})
+        graph = chat_graph().compile(checkpointer=cp)
+
+        @traceable(name="agent-turn")
+        def turn(text):
+            run = get_current_run_tree()
+            graph.invoke({{"messages": [human(text)]}}, {{"configurable": {{"thread_id": "t"}}}})
+            return run.trace_id.int, int.from_bytes(run.id.bytes[:8], "big")
+
+        trace_id, parent = turn("hi")
+        ours = [s for s in spans.get_finished_spans()
+                if s.instrumentation_scope.name == "langgraph_ckpt_ext"]
+        print(json.dumps({{"ours": sorted(s.name for s in ours), "joined": [
+            s.context.trace_id == trace_id and s.parent.span_id == parent for s in ours]}}))
+        cp.close()
+    """)
+    env = {**os.environ, "LANGSMITH_TRACING": "true", "LANGSMITH_TRACING_MODE": "otel",
+           "LANGSMITH_API_KEY": "unused", "LANGSMITH_ENDPOINT": "http://127.0.0.1:9",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["ours"] == ["get_tuple sqlite"] + ["put sqlite"] * 3 + ["put_writes sqlite"] * 2
+    assert seen["joined"] == [True] * 6
 
 
 def gauges(recorded: Recorded) -> dict[str, list[tuple[float, dict[str, Any]]]]:
