@@ -56,13 +56,16 @@ class ListBytes:
     # at the same place serializes to the same bytes.
     marks: tuple[Mark | None, ...] | None = None
     ends: tuple[int, ...] | None = None
+    # Bytes `copies` and `marks` hold, added up where they are made: `size` is asked at every
+    # put, and summing them there would cost a pass over the list each time.
+    copies_bytes: int = 0
+    marks_bytes: int = 0
 
     @property
     def size(self) -> int:
-        size = len(self.data) + (sum(map(len, self.copies)) if self.copies else 0)
-        if self.marks is not None:
-            size += sum(len(m[1]) for m in self.marks if m is not None) + 16 * len(self.marks)
-        return size
+        """What it holds in memory, roughly (the append log's budget)."""
+        return (len(self.data) + self.copies_bytes + self.marks_bytes
+                + (16 * len(self.marks) if self.marks is not None else 0))
 
     def starts_with(self, other: ListBytes) -> bool:
         """Whether this list's items begin with all of `other`'s (byte for byte)."""

@@ -216,9 +216,12 @@ def encode_items(
     ends: list[int] = []
     end = 0
     run = -1  # first item of the current run of items taken from `last`, if any
+    marks_bytes = 0
     for i, item in enumerate(value):
         mark = item_mark(item)
         marks.append(mark)
+        if mark is not None:
+            marks_bytes += len(mark[1])
         if mark is not None and i < len(before) and before[i] == mark:
             if run < 0:
                 run = i
@@ -238,7 +241,8 @@ def encode_items(
         parts.append(body[old_ends[run - 1] if run else 0:old_ends[len(value) - 1]])
     header = array_header(len(value))
     return ListBytes(header + b"".join(parts), len(header), len(value),
-                     marks=tuple(marks), ends=tuple(ends))
+                     marks=tuple(marks), ends=tuple(ends),
+                     marks_bytes=marks_bytes)
 
 
 def _extend_copies(listed: ListBytes, last: ListBytes | None) -> ListBytes:
@@ -247,6 +251,7 @@ def _extend_copies(listed: ListBytes, last: ListBytes | None) -> ListBytes:
     if last is None or last.copies is None or not listed.starts_with(last):
         return listed
     return replace(listed, copies=last.copies, copies_by=last.copies_by,
+                   copies_bytes=last.copies_bytes,
                    copies_end=last.copies_end)
 
 
@@ -274,6 +279,7 @@ class ListCopies:
                 return [*items, *tail]
             self._log.attach(self._thread_id, self._ns, channel, replace(
                 held, copies=done + made, copies_by=serde,
+                copies_bytes=(held.copies_bytes if done else 0) + sum(map(len, made)),
                 copies_end=len(held.data) - held.head))
             items += tail
         return items

@@ -50,10 +50,20 @@ class Redaction:
             self.names.add(tuple(words(name)))
         self.words = SECRET_WORDS if defaults else frozenset()
         self.pairs = SECRET_PAIRS if defaults else frozenset()
+        # Answers per key: a run's checkpoints carry the same few keys at every step.
+        self._known: dict[str, bool] = {}
 
     def secret(self, key: object) -> bool:
         if not isinstance(key, str):
             return False
+        known = self._known.get(key)
+        if known is None:
+            if len(self._known) >= 4096:  # keys made up per run: start again, never grow
+                self._known.clear()
+            known = self._known[key] = self._judge(key)
+        return known
+
+    def _judge(self, key: str) -> bool:
         ws = words(key)
         if tuple(ws) in self.names or any(w in self.words for w in ws):
             return True

@@ -123,6 +123,11 @@ def _answer(fut: asyncio.Future[Any], result: Any, error: BaseException | None) 
         fut.get_loop().call_soon_threadsafe(_settle, fut, result, error)
 
 
+def _settle_all(outcomes: list[_Outcome]) -> None:
+    for outcome in outcomes:
+        _settle(*outcome)
+
+
 def _settle(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
     if fut.done():
         return
@@ -184,8 +189,16 @@ class GroupCommit:
             outcomes = _commit(self._db.sqlite(), batch)
         except BaseException as exc:
             outcomes = [(fut, None, exc) for _, fut in batch]
-        for fut, result, error in outcomes:
-            _answer(fut, result, error)
+        if len(outcomes) == 1:
+            _answer(*outcomes[0])
+            return
+        # One wake-up per event loop for the whole batch, not one per write.
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
+        for outcome in outcomes:
+            by_loop.setdefault(outcome[0].get_loop(), []).append(outcome)
+        for loop, answers in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+                loop.call_soon_threadsafe(_settle_all, answers)
 
 
 _Outcome = tuple[asyncio.Future[Any], Any, BaseException | None]
@@ -198,6 +211,21 @@ def _commit(conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any]]
         conn.execute("BEGIN IMMEDIATE")
     except BaseException as exc:
         return [(fut, None, exc) for _, fut in batch]
+    if len(batch) == 1:  # alone: the transaction is its savepoint (two statements fewer)
+        (op, fut), = batch
+        try:
+            result = op(conn)
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return [(fut, None, exc)]
+        try:
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return [(fut, None, exc)]
+        return [(fut, result, None)]
     outcomes: list[_Outcome] = []
     for op, fut in batch:
         conn.execute("SAVEPOINT lgx_op")
