@@ -23,10 +23,18 @@ concurrency 16 scaling at least as the floor does.
 
 Every line's final states are compared with the floor's (`aget_state`): a difference fails the
 run. `--profile LINE` then runs that line once more under cProfile and prints where its turns
-go, by the package each function lives in, and the top functions.
+go (the event loop's thread), by the package each function lives in, and the top functions.
+
+`--instructions` counts instead of timing: valgrind's callgrind counts the instructions every
+thread of the process executes (the kernel's work, fsync included, is not counted), for a run
+of one thread and one of three threads of 15 turns per line; the difference over the 30 turns
+between them is the instructions per turn, start-up and imports taken out. The counts do not
+move with the machine's load (about 1% from run to run), so they show small changes that the
+timings' noise hides; the CPU seconds add what the kernel does and what caches and thread
+switches cost.
 
 Run: `python benchmarks/bench_floor.py [--rounds 5] [--threads 20] [--turns 30]
-[--lines floor,ours-sqlite,...] [--profile ours-sqlite] [--json PATH]`.
+[--lines floor,ours-sqlite,...] [--profile ours-sqlite] [--instructions] [--json PATH]`.
 """
 
 from __future__ import annotations
@@ -168,20 +176,74 @@ async def profile(line: str, args: argparse.Namespace, tmp: Path) -> dict[str, A
     stats = pstats.Stats(prof)
     turns = args.threads * args.turns
     by_part: dict[str, float] = {}
-    for (file, _, _), (_, _, own, _, _) in stats.stats.items():  # type: ignore[attr-defined]
-        by_part[part(file)] = by_part.get(part(file), 0.0) + own
-    top = sorted(((own, f"{part(file)}:{fn}") for (file, _, fn), (_, _, own, _, _)
-                  in stats.stats.items()), reverse=True)[:25]  # type: ignore[attr-defined]
+    for (file, _, fn), (_, _, own, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        by_part[part(file, fn)] = by_part.get(part(file, fn), 0.0) + own
+    top = sorted(((own, f"{part(file, fn)}:{fn}") for (file, _, fn), (_, _, own, _, _)
+                  in stats.stats.items() if part(file, fn) != WAITING),
+                 reverse=True)[:20]  # type: ignore[attr-defined]
+    # Ours by cumulative time (a coroutine's is counted from each resumption: read it as
+    # "the time under it", not as calls).
+    under = sorted(((cum, f"{Path(file).name}:{fn}") for (file, _, fn), (_, _, _, cum, _)
+                    in stats.stats.items() if part(file) == "ours"),
+                   reverse=True)[:20]  # type: ignore[attr-defined]
     return {"line": line,
             "by_part_ms": {k: 1000 * v / turns for k, v in
                            sorted(by_part.items(), key=lambda kv: -kv[1])},
-            "top_ms": [(name, 1000 * own / turns) for own, name in top]}
+            "top_ms": [(name, 1000 * own / turns) for own, name in top],
+            "ours_cumulative_ms": [(name, 1000 * cum / turns) for cum, name in under]}
 
 
-def part(file: str) -> str:
-    """Which package a profiled function lives in."""
+WAITING = "waiting (the loop idle)"
+
+
+def count_instructions(line: str, threads: int, args: argparse.Namespace) -> int:
+    """Instructions of one run (`--work`) under callgrind, every thread of the process."""
+    import re
+    import subprocess
+
+    with tempfile.TemporaryDirectory(prefix="lgxfloor_cg_") as d:
+        log = Path(d) / "valgrind.log"
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={Path(d) / 'out'}",
+               f"--log-file={log}", sys.executable, __file__, "--work", line, str(threads),
+               "--turns", str(args.count_turns), "--dsn", args.dsn,
+               "--redis-url", args.redis_url]
+        subprocess.run(cmd, check=True, capture_output=True)
+        found = re.search(r"Collected : (\d+)", log.read_text())
+        if found is None:
+            raise SystemExit(f"callgrind counted nothing for {line}: {log.read_text()[-500:]}")
+        return int(found.group(1))
+
+
+def instructions(args: argparse.Namespace) -> dict[str, float]:
+    """Instructions per turn of each line: (3 threads - 1 thread) / their turns between."""
+    import concurrent.futures
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two runs at a time: two cores
+        runs = {line: (pool.submit(count_instructions, line, 1, args),
+                       pool.submit(count_instructions, line, 3, args)) for line in args.lines}
+        return {line: (three.result() - one.result()) / (2 * args.count_turns)
+                for line, (one, three) in runs.items()}
+
+
+async def work(line: str, threads: int, args: argparse.Namespace) -> None:
+    """The run `--instructions` counts: `threads` threads of `--turns` turns, one after
+    another."""
+    args.threads = threads
+    with tempfile.TemporaryDirectory(prefix="lgxfloor_") as name:
+        await run_line(line, args, Path(name), 1)
+
+
+def part(file: str, fn: str = "") -> str:
+    """Which package a profiled function lives in (waiting for I/O apart)."""
+    if "'poll' of 'select" in fn or file.endswith("selectors.py"):
+        return WAITING
     if file.startswith("~") or file.startswith("<"):
         return "builtins (C)"
+    if "bench_backends" in file:
+        return "the graph's nodes"
     for marker, name in (("langgraph_ckpt_ext", "ours"), ("langgraph/checkpoint", "langgraph"
                          ".checkpoint"), ("langgraph", "langgraph"), ("langchain_core",
                          "langchain_core"), ("pydantic", "pydantic"), ("aiosqlite",
@@ -195,17 +257,36 @@ def part(file: str) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     server_options(p)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=lambda s: max(1, int(s)), default=3)
     p.add_argument("--threads", type=int, default=20)
     p.add_argument("--turns", type=int, default=30)
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")],
                    default=[1, 16])
     p.add_argument("--lines", type=lambda s: s.split(","), default=list(LINES))
     p.add_argument("--profile", choices=LINES)
+    p.add_argument("--instructions", action="store_true",
+                   help="count instructions per turn under callgrind instead of timing")
+    p.add_argument("--work", nargs=2, metavar=("LINE", "THREADS"), help=argparse.SUPPRESS)
     p.add_argument("--json", type=Path)
     args = p.parse_args()
+    args.count_turns = 15
+    if args.work:
+        asyncio.run(work(args.work[0], int(args.work[1]), args))
+        return
     if args.lines[0] != "floor":
         args.lines = ["floor", *[x for x in args.lines if x != "floor"]]
+    if args.instructions:
+        counted = instructions(args)
+        print("instructions per turn (callgrind, every thread of the process; "
+              f"{args.count_turns}-turn threads):")
+        for line, n in counted.items():
+            print(f"  {line:<16} {n / 1e6:7.2f} M  {n / counted['floor']:.3f}x the floor")
+        if args.json:
+            import jsonout
+
+            jsonout.write(args.json, {**jsonout.header("floor-instructions"),
+                                      "instructions_per_turn": counted})
+        return
     out = asyncio.run(run(args))
     print(f"{args.threads} threads x {args.turns} turns, {args.rounds} rounds, medians; "
           "ratios to the floor of the same round")
@@ -237,8 +318,11 @@ def main() -> None:
               "the profiler):")
         for name, ms in prof["by_part_ms"].items():
             print(f"  {name:<22} {ms:7.3f}")
-        print("  top functions:")
+        print("  top functions (own time, waiting left out):")
         for name, ms in prof["top_ms"]:
+            print(f"    {ms:7.3f}  {name}")
+        print("  this package's functions by the time under them:")
+        for name, ms in prof["ours_cumulative_ms"]:
             print(f"    {ms:7.3f}  {name}")
     if args.json:
         import jsonout
