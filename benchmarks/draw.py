@@ -6,6 +6,8 @@
   throughput         checkpoints/s at concurrency 1 and 16, per saver     bench_backends.py
   smart_round_trips  store round trips per turn, per save policy          bench_smart.py
   replica_lag        lag and queue of replicas, one killed and restarted  bench_replica_lag.py
+  floor              turns/s and CPU per turn of every line against LangGraph's floor
+                                                                          bench_floor.py
 
 Several `bench_backends.py` files (one per backend) are merged: the union of their savers.
 `figures.py` runs the benchmarks and calls `draw_all`.
@@ -248,6 +250,49 @@ def draw_lag(lag: Json, outdir: Path) -> list[Path]:
     return save(fig, outdir, "replica_lag")
 
 
+def draw_floor(floor: Json, outdir: Path) -> list[Path]:
+    """Two panels: turns/s and CPU per turn of each line as a multiple of the floor's, at
+    each concurrency, with issue 25's goals marked."""
+    levels = [k for k in ("1", "16") if k in floor]
+    lines = list(floor[levels[0]])
+    fig, axes = plotstyle.plt.subplots(1, 2, figsize=(11.5, 4.4), layout="constrained")
+    width = 0.38
+    for ax, key, label in ((axes[0], "turns_x", "turns/s, x the floor's (higher is better)"),
+                           (axes[1], "cpu_x", "CPU per turn, x the floor's (lower is better)")):
+        ax.grid(True, axis="y", alpha=0.3)
+        for i, line in enumerate(lines):
+            for j, level in enumerate(levels):
+                value = floor[level][line][key]
+                x = i + (j - 0.5) * width
+                ax.bar(x, value, width, color=colour(line), alpha=1.0 if j == 0 else 0.55,
+                       hatch=None if j == 0 else "//", edgecolor="white" if j == 0 else "black",
+                       linewidth=0.5)
+                ax.annotate(f"{value:.2f}", (x, value), ha="center", va="bottom", fontsize=7,
+                            xytext=(0, 2), textcoords="offset points")
+        ax.set_xticks(range(len(lines)), lines, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel(label)
+    goals = {"ours-sqlite": 0.8, "ours-postgres": 0.6, "ours-redis": 0.7}
+    for line, goal in goals.items():
+        if line in lines:
+            i = lines.index(line)
+            axes[0].hlines(goal, i - 0.45, i + 0.45, colors="#2e7d32", linestyles="--",
+                           linewidth=1.2)
+    if "ours-sqlite" in lines:
+        i = lines.index("ours-sqlite")
+        axes[1].hlines(1.3, i - 0.45, i + 0.45, colors="#2e7d32", linestyles="--",
+                       linewidth=1.2)
+    solid = plotstyle.plt.Rectangle((0, 0), 1, 1, color="#777777")
+    hatched = plotstyle.plt.Rectangle((0, 0), 1, 1, facecolor="#bbbbbb", hatch="//",
+                                      edgecolor="black", linewidth=0.5)
+    goal = plotstyle.plt.Line2D([], [], color="#2e7d32", linestyle="--")
+    axes[1].legend([*[solid, hatched][:len(levels)], goal],
+                   [f"concurrency {level}" for level in levels] + ["goal (issue 25)"],
+                   loc="upper left", fontsize=8)
+    fig.suptitle("Every checkpoint stored, against LangGraph's floor (InMemorySaver, "
+                 "durability=\"exit\")", fontsize=10)
+    return save(fig, outdir, "floor")
+
+
 def draw_all(data: Path, outdir: Path) -> list[Path]:
     """Draw every picture the results files in `data` allow; return the files written."""
     found = load(data)
@@ -265,4 +310,6 @@ def draw_all(data: Path, outdir: Path) -> list[Path]:
         written += draw_smart(smart, outdir)
     for lag in found.get("replica_lag", [])[-1:]:
         written += draw_lag(lag, outdir)
+    for floor in found.get("floor", [])[-1:]:
+        written += draw_floor(floor, outdir)
     return written

@@ -15,6 +15,7 @@ The runs, one after another (each a subprocess, its own output shown):
         turn_latency, throughput
   smart bench_smart.py --json data/smart.json: smart_round_trips
   lag   bench_replica_lag.py --json data/replica_lag.json: replica_lag
+  floor bench_floor.py --rounds 3 --json data/floor.json: floor
 
 PostgreSQL and Redis come from `--dsn` / `--redis-url` (defaults: $LGCKPT_TEST_PG_DSN,
 $LGCKPT_TEST_REDIS_URL, else the local servers); the lag run starts its own redis-server.
@@ -48,8 +49,10 @@ RUNS: dict[str, tuple[str, list[str], list[str]]] = {
     "smart": ("bench_smart.py", ["--threads", "10", "--turns", "20", "--rounds", "2"],
               ["--threads", "2", "--turns", "4", "--rounds", "1"]),
     "lag": ("bench_replica_lag.py", [], ["--quick"]),
+    "floor": ("bench_floor.py", ["--rounds", "3"],
+              ["--rounds", "1", "--threads", "2", "--turns", "3"]),
 }
-JSON_NAMES = {"smart": "smart.json", "lag": "replica_lag.json"}
+JSON_NAMES = {"smart": "smart.json", "lag": "replica_lag.json", "floor": "floor.json"}
 
 
 def command(run: str, quick: bool, data: Path, args: argparse.Namespace) -> list[str]:
