@@ -79,3 +79,29 @@ def test_figures_quick(tmp_path: Path) -> None:
     # The official saver stores the whole thread again each turn: it grows faster than ours.
     growth = backends["growth"]
     assert growth["official-sqlite"]["bytes"][-1] > growth["ours-sqlite"]["bytes"][-1]
+
+
+def test_bench_floor_smoke(tmp_path: Path) -> None:
+    """bench_floor at a smoke size: every line's restored states equal the floor's (it exits
+    non-zero otherwise), its JSON holds each line's ratios at each concurrency, and its
+    picture draws."""
+    from draw import draw_floor
+
+    results = tmp_path / "floor.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_floor.py"), "--rounds", "1", "--threads", "2",
+         "--turns", "3", "--concurrency", "1,4", "--lines",
+         "floor,ours-memory,ours-sqlite,official-sqlite", "--json", str(results)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ours-sqlite:" in done.stdout and "of the floor" in done.stdout
+    floor = json.loads(results.read_text())
+    assert floor["benchmark"] == "floor"
+    for level in ("1", "4"):
+        assert list(floor[level]) == ["floor", "ours-memory", "ours-sqlite", "official-sqlite"]
+        assert floor[level]["floor"]["turns_x"] == 1.0
+        assert all(row["turns_per_s"] > 0 and row["cpu_ms"] > 0
+                   for row in floor[level].values())
+    written = draw_floor({**floor, "16": floor["4"]}, tmp_path)
+    assert (tmp_path / "floor.png").read_bytes().startswith(b"\x89PNG") and len(written) == 2
