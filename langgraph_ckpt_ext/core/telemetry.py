@@ -20,6 +20,7 @@ import contextvars
 import functools
 import hashlib
 import itertools
+import logging
 import threading
 import time
 import weakref
@@ -43,6 +44,7 @@ SCOPE = "langgraph_ckpt_ext"
 _DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0)
 
 F = TypeVar("F", bound=Callable[..., Any])
+_log = logging.getLogger("langgraph_ckpt_ext.telemetry")
 
 # What the wrappers report as they stand (observable gauges): name -> (unit, description).
 GAUGES = {
@@ -304,8 +306,18 @@ class _Recorded(Operation):
 
 def replay(telemetry: Telemetry, record: Record, attributes: dict[str, Any]) -> None:
     """A `Record` of another process as a span (its own start and end; a root: what caused
-    it ran in this process and ended before) and metric points, with `attributes` added."""
+    it ran in this process and ended before) and metric points, with `attributes` added.
+    Never raises: a record that cannot be shown is dropped (the caller is replication's
+    reader thread, which must go on)."""
+    try:
+        _replay(telemetry, record, attributes)
+    except Exception:
+        _log.debug("a record of the replicator process could not be traced", exc_info=True)
+
+
+def _replay(telemetry: Telemetry, record: Record, attributes: dict[str, Any]) -> None:
     name, system, thread_id, at, seconds, noted, error, message = record
+    end = at + int(seconds * 1e9)
     if telemetry.tracing and name in telemetry.spans:
         span = telemetry.tracer.start_span(
             f"{name} {system or 'lgckpt'}", kind=_trace.SpanKind.CLIENT, start_time=at,
@@ -316,7 +328,7 @@ def replay(telemetry: Telemetry, record: Record, attributes: dict[str, Any]) -> 
             span.add_event("exception", {"exception.type": error,
                                          "exception.message": message or ""})
             span.set_status(_trace.Status(_trace.StatusCode.ERROR, error))
-        span.end(end_time=at + int(seconds * 1e9))
+        span.end(end_time=end)
     if telemetry.measuring:
         telemetry.instruments.record(_common(system, name), noted, seconds, error)
 

@@ -209,6 +209,24 @@ def test_the_global_providers_once_an_application_sets_them(tmp_path: Path) -> N
     assert out.stdout.strip() == "['get_tuple sqlite']"
 
 
+def test_a_record_that_cannot_be_traced_is_dropped(recorded: Recorded) -> None:
+    """What the replicator process sent is traced by the parent's reader thread: a record it
+    cannot show (a bad start time here) is dropped, never raised there; a good one becomes a
+    span with its own times."""
+    from langgraph_ckpt_ext.core.telemetry import replay
+
+    telemetry = recorded.telemetry()
+    replay(telemetry, ("write_rows", "sqlite", "t", "not a time", 0.01, {}, None, None), {})
+    at = time.time_ns()
+    replay(telemetry, ("write_rows", "sqlite", "t", at, 0.002, {"lgckpt.rows": 3},
+                       "OperationalError", "disk I/O error"), {"lgckpt.replica": "r"})
+    (span,) = [s for s in recorded.finished() if s.start_time == at]
+    assert span.end_time == at + 2_000_000 and span.attributes["lgckpt.rows"] == 3
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes["error.type"] == "OperationalError"
+    assert span.events[0].attributes["exception.message"] == "disk I/O error"
+
+
 def test_under_a_langsmith_run_in_opentelemetry_mode(tmp_path: Path) -> None:
     """LangSmith traced with OpenTelemetry (`LANGSMITH_TRACING_MODE=otel`): a graph invoked
     in a `@traceable` run makes its checkpointer's spans children of that run, in its trace,
