@@ -490,6 +490,12 @@ def build_graph(saver: Saver, delta: bool = False) -> CompiledStateGraph[Any, An
     return builder.compile(checkpointer=saver)
 
 
+def question(tid: str, k: int) -> HumanMessage:
+    """The user's message of turn `k` of thread `tid` (its id names both: the nodes' replies
+    are named after it)."""
+    return HumanMessage(content=text(f"question {tid}/{k}"), id=f"{tid}/{k}:human")
+
+
 def thread_config(tid: str) -> RunnableConfig:
     return {"configurable": {"thread_id": tid}}
 
@@ -556,7 +562,7 @@ async def _run_agent(
 
         async def run_thread(i: int) -> None:
             for k in range(turns):
-                human = HumanMessage(content=text(f"question {tids[i]}/{k}"), id=f"{tids[i]}/{k}:human")
+                human = question(tids[i], k)
                 async with gate:
                     t0 = time.perf_counter()
                     await graph.ainvoke({"messages": [human]}, thread_config(tids[i]))
@@ -733,7 +739,7 @@ async def aput_plan(saver: Saver, n: int) -> AputPlan:
     tid = "aput-source"
     graph = build_graph(saver)
     for k in range(APUT_SOURCE_TURNS):
-        human = HumanMessage(content=text(f"question {tid}/{k}"), id=f"{tid}/{k}:human")
+        human = question(tid, k)
         await graph.ainvoke({"messages": [human]}, thread_config(tid))
     source = await saver.aget_tuple(thread_config(tid))
     assert source is not None

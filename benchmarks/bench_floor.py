@@ -55,8 +55,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_backends import build_graph, normalize, text, thread_config
-from langchain_core.messages import HumanMessage
+from bench_backends import build_graph, normalize, question, thread_config
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from places import drop, open_saver, server_options
@@ -106,9 +105,8 @@ async def run_line(line: str, args: argparse.Namespace, tmp: Path, concurrency: 
 
         async def thread(tid: str) -> None:
             for k in range(args.turns):
-                human = HumanMessage(content=text(f"question {tid}/{k}"), id=f"{tid}/{k}:human")
                 async with gate:
-                    await graph.ainvoke({"messages": [human]}, thread_config(tid),
+                    await graph.ainvoke({"messages": [question(tid, k)]}, thread_config(tid),
                                         durability=durability)
 
         with hook() if hook is not None else contextlib.nullcontext():

@@ -82,11 +82,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import HumanMessage
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jsonout
-from bench_backends import build_graph, text
+from bench_backends import build_graph, question
 from places import drop, server_options
 
 from langgraph_ckpt_ext import (
@@ -233,7 +231,7 @@ async def run_variant(variant: str, args: argparse.Namespace, concurrency: int
 
         async def run_thread(tid: str) -> None:
             for k in range(args.turns):
-                human = HumanMessage(content=text(f"question {tid}/{k}"), id=f"{tid}/{k}:human")
+                human = question(tid, k)
                 async with gate:
                     s = time.perf_counter()
                     await graph.ainvoke({"messages": [human]}, {"configurable": {"thread_id": tid}})

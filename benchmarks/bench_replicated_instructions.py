@@ -41,11 +41,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import HumanMessage
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jsonout
-from bench_backends import build_graph, text
+from bench_backends import build_graph, question
 from bench_replicated import CPU_TARGET, open_variant
 from places import drop, server_options
 
@@ -69,7 +67,7 @@ async def work(variant: str, threads: int, args: argparse.Namespace) -> None:
         graph = build_graph(saver)
         for t in range(threads):
             for k in range(args.turns):
-                human = HumanMessage(content=text(f"question {t}/{k}"), id=f"{t}/{k}:human")
+                human = question(t, k)
                 await graph.ainvoke({"messages": [human]},
                                     {"configurable": {"thread_id": f"thread-{t}"}})
         if wrapper is not None:

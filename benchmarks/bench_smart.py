@@ -44,10 +44,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from langchain_core.messages import HumanMessage
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_backends import build_graph, text
+from bench_backends import build_graph, question
 from jsonout import header, write
 from places import drop
 
@@ -184,7 +182,7 @@ async def run_variant(
         for t in range(args.threads):
             tid = f"thread-{t}"
             for k in range(args.turns):
-                human = HumanMessage(content=text(f"question {tid}/{k}"), id=f"{tid}/{k}:human")
+                human = question(tid, k)
                 s = time.perf_counter()
                 await graph.ainvoke({"messages": [human]}, {"configurable": {"thread_id": tid}})
                 lat.append(time.perf_counter() - s)

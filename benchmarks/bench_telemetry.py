@@ -50,8 +50,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_backends import build_graph, text
-from langchain_core.messages import HumanMessage
+from bench_backends import build_graph, question
 from places import drop, open_saver, server_options
 
 from langgraph_ckpt_ext import InMemoryCheckpointer, Telemetry
@@ -132,7 +131,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             made[v] += 1
             t0, cpu0 = time.perf_counter(), time.process_time()
             for k in range(args.block):
-                human = HumanMessage(content=text(f"question {tid}/{k}"), id=f"{tid}/{k}:h")
+                human = question(tid, k)
                 await graphs[v].ainvoke({"messages": [human]},
                                         {"configurable": {"thread_id": tid}})
             return time.perf_counter() - t0, time.process_time() - cpu0
