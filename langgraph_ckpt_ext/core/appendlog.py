@@ -46,11 +46,13 @@ class ListBytes:
     data: bytes
     head: int  # length of the array header
     count: int  # items
-    # The first items as `copies_by` (a serializer) decodes `data`, pickled: a read of these
-    # very bytes unpickles fresh copies, several times faster than decoding them again.
+    # The first `copies_count` items as `copies_by` (a serializer) decodes `data`, pickled in
+    # runs (each a pickled list: the items one read decoded): a read of these very bytes
+    # unpickles fresh copies, several times faster than decoding them again.
     copies: tuple[bytes, ...] | None = None
     copies_by: object = None
     copies_end: int = 0  # where, in the body, the items `copies` holds end (a prefix)
+    copies_count: int = 0
     # Per item, what it was when serialized (see `codec.item_mark`; None: not comparable),
     # and where its encoding ends in the body: an item of the next list with the same mark
     # at the same place serializes to the same bytes.

@@ -251,8 +251,8 @@ def _extend_copies(listed: ListBytes, last: ListBytes | None) -> ListBytes:
     if last is None or last.copies is None or not listed.starts_with(last):
         return listed
     return replace(listed, copies=last.copies, copies_by=last.copies_by,
-                   copies_bytes=last.copies_bytes,
-                   copies_end=last.copies_end)
+                   copies_bytes=last.copies_bytes, copies_end=last.copies_end,
+                   copies_count=last.copies_count)
 
 
 class ListCopies:
@@ -269,20 +269,30 @@ class ListCopies:
         """The items of `held` (stored exactly so): fresh copies of those copied before, the
         others decoded now (and copied for the next read)."""
         done = held.copies if held.copies is not None and held.copies_by is serde else ()
-        start = held.copies_end if done else 0
-        items = [pickle.loads(c) for c in done]
-        if len(done) < held.count:
-            tail = loads(serde, ("msgpack", held.tail(len(done), start)), f"channel {channel!r}")
+        copied = held.copies_count if done else 0
+        items: list[Any] = []
+        for run in done:
+            items += pickle.loads(run)
+        if copied < held.count:
+            start = held.copies_end if done else 0
+            tail = loads(serde, ("msgpack", held.tail(copied, start)), f"channel {channel!r}")
             try:
-                made = tuple(pickle.dumps(x, pickle.HIGHEST_PROTOCOL) for x in tail)
+                runs: tuple[bytes, ...]
+                if len(done) >= _RUNS:  # one run again: a pickled list loads faster whole
+                    runs = (pickle.dumps([*items, *tail], pickle.HIGHEST_PROTOCOL),)
+                else:
+                    runs = (*done, pickle.dumps(list(tail), pickle.HIGHEST_PROTOCOL))
             except Exception:  # something pickle cannot copy: decoded at every read
                 return [*items, *tail]
             self._log.attach(self._thread_id, self._ns, channel, replace(
-                held, copies=done + made, copies_by=serde,
-                copies_bytes=(held.copies_bytes if done else 0) + sum(map(len, made)),
-                copies_end=len(held.data) - held.head))
+                held, copies=runs, copies_by=serde, copies_bytes=sum(map(len, runs)),
+                copies_end=len(held.data) - held.head, copies_count=held.count))
             items += tail
         return items
+
+
+_RUNS = 8
+"""Runs of copies a list holds before a read pickles them as one again."""
 
 
 def encode_header(serde: SerializerProtocol, checkpoint: Checkpoint) -> Typed:

@@ -541,6 +541,32 @@ def _chatted(tmp_path: Path, turns: int) -> tuple[SQLiteCheckpointer, Any, dict[
     return saver, graph, config
 
 
+def test_copies_held_in_runs_read_as_stored_whatever_callers_do(tmp_path: Path) -> None:
+    """A list's copies are kept in runs (one per read that decoded new items), pickled as one
+    run again past `codec._RUNS`: across that, every read of a growing thread equals what a
+    fresh process decodes, and what a caller does to the items it got (changed, shared
+    objects appended to) never reaches a later read."""
+    from langgraph_ckpt_ext.core import codec
+
+    saver = SQLiteCheckpointer(tmp_path / "c.db")
+    graph = chat_graph().compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "c"}}
+    for i in range(2 * codec._RUNS + 3):
+        graph.invoke({"messages": [human(f"m{i}")]}, config)
+        got = graph.get_state(config).values["messages"]
+        assert [m.content for m in got[::2]] == [f"m{k}" for k in range(i + 1)]
+        for m in got:  # a careless caller
+            m.content = "changed by the caller"
+            m.additional_kwargs["leak"] = True
+    held = saver._log.last("c", "", "messages")
+    assert held is not None and held.copies is not None and len(held.copies) <= codec._RUNS
+    with SQLiteCheckpointer(tmp_path / "c.db") as fresh:
+        want = chat_graph().compile(checkpointer=fresh).get_state(config).values
+    assert graph.get_state(config).values == want
+    assert not any(m.additional_kwargs for m in want["messages"])
+    saver.close()
+
+
 def test_reads_decode_fresh_objects(tmp_path: Path) -> None:
     """The process that wrote a thread reads what any other process would: values decoded from
     storage, never the objects it was given or handed out before."""
