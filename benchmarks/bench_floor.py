@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import callgrind
 from bench_backends import build_graph, normalize, question, thread_config
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -196,29 +197,17 @@ WAITING = "waiting (the loop idle)"
 
 def count_instructions(line: str, threads: int, args: argparse.Namespace) -> int:
     """Instructions of one run (`--work`) under callgrind, every thread of the process."""
-    import re
-    import subprocess
-
-    with tempfile.TemporaryDirectory(prefix="lgxfloor_cg_") as d:
-        log = Path(d) / "valgrind.log"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={Path(d) / 'out'}",
-               f"--log-file={log}", sys.executable, __file__, "--work", line, str(threads),
-               "--turns", str(args.count_turns), "--dsn", args.dsn,
-               "--redis-url", args.redis_url]
-        subprocess.run(cmd, check=True, capture_output=True)
-        found = re.search(r"Collected : (\d+)", log.read_text())
-        if found is None:
-            raise SystemExit(f"callgrind counted nothing for {line}: {log.read_text()[-500:]}")
-        return int(found.group(1))
+    return callgrind.instructions(
+        [sys.executable, __file__, "--work", line, str(threads), "--turns",
+         str(args.count_turns), "--dsn", args.dsn, "--redis-url", args.redis_url],
+        f"{line} x{threads}")
 
 
 def instructions(args: argparse.Namespace) -> dict[str, float]:
     """Instructions per turn of each line: (3 threads - 1 thread) / their turns between."""
     import concurrent.futures
-    import shutil
 
-    if shutil.which("valgrind") is None:
-        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+    callgrind.require_valgrind()
     with concurrent.futures.ThreadPoolExecutor(2) as pool:  # two runs at a time: two cores
         runs = {line: (pool.submit(count_instructions, line, 1, args),
                        pool.submit(count_instructions, line, 3, args)) for line in args.lines}

@@ -32,9 +32,6 @@ import argparse
 import asyncio
 import concurrent.futures
 import os
-import re
-import shutil
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -42,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import callgrind
 import jsonout
 from bench_backends import build_graph, question
 from bench_replicated import CPU_TARGET, open_variant
@@ -50,7 +48,6 @@ from places import drop, server_options
 from langgraph_ckpt_ext import ReplicatedCheckpointer
 
 CHOICES = ("bare", "async-proc", "async")
-_COLLECTED = re.compile(r"Collected : (\d+)")
 
 
 async def work(variant: str, threads: int, args: argparse.Namespace) -> None:
@@ -85,17 +82,10 @@ async def work(variant: str, threads: int, args: argparse.Namespace) -> None:
 def count(variant: str, threads: int, args: argparse.Namespace) -> int:
     """Instructions of one run of the workload under callgrind (every thread of the graph's
     process)."""
-    with tempfile.TemporaryDirectory(prefix="lgxinstr_") as d:
-        log = Path(d) / "valgrind.log"
-        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={Path(d) / 'out'}",
-               f"--log-file={log}", sys.executable, __file__, "--worker", variant, str(threads),
-               "--turns", str(args.turns), "--linger", str(args.linger),
-               "--dsn", args.dsn, "--redis-url", args.redis_url]
-        done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        found = _COLLECTED.search(log.read_text()) if log.exists() else None
-        if done.returncode != 0 or found is None:
-            raise SystemExit(f"[{variant} x{threads}] failed ({done.returncode}):\n{done.stdout}")
-        return int(found.group(1))
+    return callgrind.instructions(
+        [sys.executable, __file__, "--worker", variant, str(threads), "--turns", str(args.turns),
+         "--linger", str(args.linger), "--dsn", args.dsn, "--redis-url", args.redis_url],
+        f"{variant} x{threads}")
 
 
 def main() -> None:
@@ -113,8 +103,7 @@ def main() -> None:
     if args.worker:
         asyncio.run(work(args.worker[0], int(args.worker[1]), args))
         return
-    if shutil.which("valgrind") is None:
-        raise SystemExit("valgrind is not installed: apt-get install valgrind")
+    callgrind.require_valgrind()
     if args.threads < 2:
         raise SystemExit("--threads must be at least 2: the per-turn figure is a difference")
     variants = [v for v in CHOICES if v in args.variants or v == "bare"]

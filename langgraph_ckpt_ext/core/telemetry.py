@@ -157,6 +157,17 @@ class Telemetry:
             return {"lgckpt.thread.id": thread_id}
         return {"lgckpt.thread.id_hash": _thread_hash(thread_id)}
 
+    def span(self, system: str | None, name: str, thread_id: str | None,
+             attributes: dict[str, Any] | None = None, start_time: int | None = None) -> Any:
+        """The client span `<name> <system>` of an operation, started (not made current);
+        None when `name` is not traced as a span now."""
+        if name not in self.spans or not self.tracing:
+            return None
+        return self.tracer.start_span(
+            f"{name} {system or 'lgckpt'}", kind=_trace.SpanKind.CLIENT, start_time=start_time,
+            attributes={**_common(system, name), **self.thread_attributes(thread_id),
+                        **(attributes or {})})
+
     def operation(self, system: str | None, name: str, thread_id: str | None,
                   attributes: dict[str, Any] | None = None) -> Operation:
         """A span for one operation (current while it runs, so that what it calls nests
@@ -168,11 +179,7 @@ class Telemetry:
         """`list`: a span over the whole iteration, with the checkpoints it returned. Not made
         current: an async generator's steps may run in different contexts."""
         common = _common(system, "list")
-        span: Any = None
-        if "list" in self.spans and self.tracing:
-            span = self.tracer.start_span(
-                f"list {system or 'lgckpt'}", kind=_trace.SpanKind.CLIENT,
-                attributes={**common, **self.thread_attributes(thread_id)})
+        span = self.span(system, "list", thread_id)
         instruments = self.instruments if self.measuring else None
         start, returned = time.perf_counter(), 0
         error: str | None = None
@@ -184,9 +191,7 @@ class Telemetry:
             if not isinstance(exc, GeneratorExit):  # the caller stopped early: no error
                 error = _error_type(exc)
                 if span is not None:
-                    span.set_attribute("error.type", error)
-                    span.record_exception(exc)
-                    span.set_status(_trace.Status(_trace.StatusCode.ERROR, error))
+                    _failed(span, error, exc)
             raise
         finally:
             noted = {"db.response.returned_rows": returned}
@@ -223,14 +228,10 @@ class Operation:
 
     def __init__(self, telemetry: Telemetry, system: str | None, name: str,
                  thread_id: str | None, attributes: dict[str, Any] | None) -> None:
-        self._common = common = _common(system, name)
+        self._common = _common(system, name)
         self.noted: dict[str, Any] = {}
         self._instruments = telemetry.instruments if telemetry.measuring else None
-        self._span: Any = None
-        if name in telemetry.spans and telemetry.tracing:
-            attrs = {**common, **telemetry.thread_attributes(thread_id), **(attributes or {})}
-            self._span = telemetry.tracer.start_span(
-                f"{name} {system or 'lgckpt'}", kind=_trace.SpanKind.CLIENT, attributes=attrs)
+        self._span = telemetry.span(system, name, thread_id, attributes)
 
     def __enter__(self) -> Operation:
         if self._span is not None:
@@ -249,13 +250,24 @@ class Operation:
             _context.detach(self._context)
             if noted:
                 span.set_attributes(noted)
-            if exc is not None:
-                span.set_attribute("error.type", error)
-                span.record_exception(exc)
-                span.set_status(_trace.Status(_trace.StatusCode.ERROR, error))
+            if error is not None:
+                _failed(span, error, exc)
             span.end()
         if self._instruments is not None:
             self._instruments.record(self._common, noted, seconds, error)
+
+
+def _failed(span: Any, error: str, exc: BaseException | None = None,
+            message: str | None = None) -> None:
+    """Mark `span` failed with `error` (the exception's type): the exception as an event
+    (`exc`, or only its `message` when it was raised in another process), status ERROR."""
+    span.set_attribute("error.type", error)
+    if exc is not None:
+        span.record_exception(exc)
+    else:
+        span.add_event("exception", {"exception.type": error,
+                                     "exception.message": message or ""})
+    span.set_status(_trace.Status(_trace.StatusCode.ERROR, error))
 
 
 # An operation done in another process (`Recording`), as it is sent here: name, system,
@@ -318,16 +330,10 @@ def replay(telemetry: Telemetry, record: Record, attributes: dict[str, Any]) -> 
 def _replay(telemetry: Telemetry, record: Record, attributes: dict[str, Any]) -> None:
     name, system, thread_id, at, seconds, noted, error, message = record
     end = at + int(seconds * 1e9)
-    if telemetry.tracing and name in telemetry.spans:
-        span = telemetry.tracer.start_span(
-            f"{name} {system or 'lgckpt'}", kind=_trace.SpanKind.CLIENT, start_time=at,
-            attributes={**_common(system, name), **telemetry.thread_attributes(thread_id),
-                        **attributes, **noted})
+    span = telemetry.span(system, name, thread_id, {**attributes, **noted}, start_time=at)
+    if span is not None:
         if error is not None:
-            span.set_attribute("error.type", error)
-            span.add_event("exception", {"exception.type": error,
-                                         "exception.message": message or ""})
-            span.set_status(_trace.Status(_trace.StatusCode.ERROR, error))
+            _failed(span, error, message=message)
         span.end(end_time=end)
     if telemetry.measuring:
         telemetry.instruments.record(_common(system, name), noted, seconds, error)

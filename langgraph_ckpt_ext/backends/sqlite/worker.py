@@ -178,8 +178,7 @@ class GroupCommit:
         try:
             self._db.post(self._flush)
         except BaseException as exc:  # closed: nothing will run the batch
-            for _, fut in self._take():
-                _answer(fut, None, exc)
+            _answer_all([(fut, None, exc) for _, fut in self._take()])
 
     def _flush(self) -> None:
         batch = self._take()
@@ -189,55 +188,41 @@ class GroupCommit:
             outcomes = _commit(self._db.sqlite(), batch)
         except BaseException as exc:
             outcomes = [(fut, None, exc) for _, fut in batch]
-        if len(outcomes) == 1:
-            _answer(*outcomes[0])
-            return
-        # One wake-up per event loop for the whole batch, not one per write.
-        by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
-        for outcome in outcomes:
-            by_loop.setdefault(outcome[0].get_loop(), []).append(outcome)
-        for loop, answers in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
-                loop.call_soon_threadsafe(_settle_all, answers)
+        _answer_all(outcomes)
 
 
 _Outcome = tuple[asyncio.Future[Any], Any, BaseException | None]
 
 
+def _answer_all(outcomes: list[_Outcome]) -> None:
+    """Settle each future on its loop, one wake-up per loop for all of its futures (a batch's
+    writes usually share one loop)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
+    for outcome in outcomes:
+        by_loop.setdefault(outcome[0].get_loop(), []).append(outcome)
+    for loop, answers in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits
+            loop.call_soon_threadsafe(_settle_all, answers)
+
+
 def _commit(conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any]]]) -> list[_Outcome]:
-    """Run the batch in one transaction, each op in a SAVEPOINT of its own: one failing op
-    fails alone; a failed BEGIN or COMMIT fails them all."""
+    """Run the batch in one transaction, each op in a SAVEPOINT of its own (an op alone: the
+    transaction is its savepoint, two statements fewer): one failing op fails alone; a
+    failed BEGIN or COMMIT fails them all."""
     try:
         conn.execute("BEGIN IMMEDIATE")
     except BaseException as exc:
         return [(fut, None, exc) for _, fut in batch]
-    if len(batch) == 1:  # alone: the transaction is its savepoint (two statements fewer)
+    if len(batch) == 1:
         (op, fut), = batch
         try:
-            result = op(conn)
+            outcomes: list[_Outcome] = [(fut, op(conn), None)]
         except BaseException as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             return [(fut, None, exc)]
-        try:
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            return [(fut, None, exc)]
-        return [(fut, result, None)]
-    outcomes: list[_Outcome] = []
-    for op, fut in batch:
-        conn.execute("SAVEPOINT lgx_op")
-        try:
-            result = op(conn)
-        except BaseException as exc:
-            conn.execute("ROLLBACK TO lgx_op")
-            conn.execute("RELEASE lgx_op")
-            outcomes.append((fut, None, exc))
-        else:
-            conn.execute("RELEASE lgx_op")
-            outcomes.append((fut, result, None))
+    else:
+        outcomes = [_in_savepoint(conn, op, fut) for op, fut in batch]
     try:
         conn.execute("COMMIT")
     except BaseException as exc:
@@ -245,3 +230,16 @@ def _commit(conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any]]
             conn.execute("ROLLBACK")
         return [(fut, None, exc) for fut, _, _ in outcomes]
     return outcomes
+
+
+def _in_savepoint(conn: sqlite3.Connection, op: Op, fut: asyncio.Future[Any]) -> _Outcome:
+    """One op of a batch, rolled back alone if it fails."""
+    conn.execute("SAVEPOINT lgx_op")
+    try:
+        result = op(conn)
+    except BaseException as exc:
+        conn.execute("ROLLBACK TO lgx_op")
+        conn.execute("RELEASE lgx_op")
+        return fut, None, exc
+    conn.execute("RELEASE lgx_op")
+    return fut, result, None
