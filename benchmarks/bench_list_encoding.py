@@ -2,7 +2,8 @@
 
 A thread of N messages (~500 bytes each, as in bench_backends.py), one new message per put:
   whole      LangGraph's serializer on the whole list (what its savers do at every put);
-  marks      only checking each item's type and pickled state (`codec.item_mark`);
+  marks      only checking the items' types and pickled states, a chunk of sixteen at a
+             time (`codec.chunk_mark`);
   item reuse `codec.encode_items` on top of the list encoded before (our puts, and
              SmartCheckpointer's frozen values): unchanged items keep their bytes.
 Prints microseconds per message and the ratio to `whole`. Run: python benchmarks/bench_list_encoding.py
@@ -42,7 +43,8 @@ def main() -> None:
         last = codec.encode_items(serde, msgs[:-1], None, "m")
         cases = {
             "whole": lambda msgs=msgs: serde.dumps_typed(msgs),
-            "marks": lambda msgs=msgs: [codec.item_mark(m) for m in msgs],
+            "marks": lambda msgs=msgs: [codec.chunk_mark(msgs[i:i + codec._CHUNK])
+                                        for i in range(0, len(msgs), codec._CHUNK)],
             "item reuse": lambda msgs=msgs, last=last: codec.encode_items(serde, msgs, last, "m"),
         }
         per: dict[str, float] = {}

@@ -36,7 +36,7 @@ _FULL = -1
 DEFAULT_MAX_BYTES = 64 << 20
 """What a checkpointer keeps of its lists' last stored values by default (`append_log_bytes`)."""
 
-Mark = tuple[type, bytes]
+Mark = tuple[tuple[type, ...], bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +53,10 @@ class ListBytes:
     copies_by: object = None
     copies_end: int = 0  # where, in the body, the items `copies` holds end (a prefix)
     copies_count: int = 0
-    # Per item, what it was when serialized (see `codec.item_mark`; None: not comparable),
-    # and where its encoding ends in the body: an item of the next list with the same mark
-    # at the same place serializes to the same bytes.
+    # Per chunk of items (`codec._CHUNK`; the last may hold fewer), what they were when
+    # serialized (see `codec.chunk_mark`; None: not comparable), and where their encodings
+    # end in the body: a chunk of the next list with the same mark at the same place
+    # serializes to the same bytes.
     marks: tuple[Mark | None, ...] | None = None
     ends: tuple[int, ...] | None = None
     # Bytes `copies` and `marks` hold, added up where they are made: `size` is asked at every

@@ -163,30 +163,52 @@ def encode_list(
     return BlobRow(channel, version, *part, plan.base, full=lambda: typed), plan
 
 
-def item_mark(item: Any) -> Mark | None:
-    """What an item is, to tell whether it changed since it was serialized: its type and the
-    state its serialization depends on, pickled. Two items with the same mark serialize to the
-    same bytes, whichever objects they are. None: it cannot be pickled.
+_CHUNK = 16
+"""Items one mark covers (see `chunk_mark`): one pickle of sixteen items' states costs about
+half of sixteen pickles (their field names pickled once), and the loop runs per chunk."""
+
+
+def chunk_mark(items: Sequence[Any]) -> Mark | None:
+    """What a run of items is, to tell whether it changed since it was serialized: their
+    types and the state their serialization depends on, pickled together. Two runs with the
+    same mark serialize to the same bytes, whichever objects they are (pickle writes values,
+    and shared objects as such: a run equal in value but shared otherwise only differs).
+    None: an item cannot be pickled.
 
     A pydantic model's state is its fields and extra fields when its class serializes them
     the standard way (`_plain_model`: LangChain's messages do); otherwise, all of it (fields
     set and private attributes too). Anything else is pickled as it is."""
     try:
-        if isinstance(item, BaseModel):  # its own state, without pydantic's pickling hooks
-            state: Any = (item.__dict__, item.__pydantic_extra__)
-            plain = _PLAIN.get(type(item))
-            if plain is None:
-                plain = _PLAIN[type(item)] = _plain_model(type(item))
-            if not plain:
-                state += (item.__pydantic_fields_set__, item.__pydantic_private__)
+        types = tuple(map(type, items))
+        if _PLAIN.issuperset(types):  # LangChain's messages, say: no call per item
+            states = [(item.__dict__, item.__pydantic_extra__) for item in items]
         else:
-            state = item
-        return type(item), pickle.dumps(state, pickle.HIGHEST_PROTOCOL)
+            states = [_state(item) for item in items]
+        return types, pickle.dumps(states, pickle.HIGHEST_PROTOCOL)
     except Exception:
         return None
 
 
-_PLAIN: dict[type, bool] = {}
+def _state(item: Any) -> Any:
+    kind = _KINDS.get(type(item))
+    if kind is None:  # `isinstance` of a pydantic class is slow: asked once per type
+        kind = _KINDS[type(item)] = (
+            _OTHER if not isinstance(item, BaseModel)
+            else _PLAIN_MODEL if _plain_model(type(item)) else _MODEL)
+        if kind == _PLAIN_MODEL:
+            _PLAIN.add(type(item))
+    if kind == _PLAIN_MODEL:  # its own state, without pydantic's pickling hooks
+        return item.__dict__, item.__pydantic_extra__
+    if kind == _MODEL:
+        return (item.__dict__, item.__pydantic_extra__, item.__pydantic_fields_set__,
+                item.__pydantic_private__)
+    return item
+
+
+_OTHER, _PLAIN_MODEL, _MODEL = range(3)
+_KINDS: dict[type, int] = {}
+_PLAIN: set[type] = set()
+"""The pydantic classes whose items' state is their fields and extra fields alone."""
 
 
 def _plain_model(cls: type[BaseModel]) -> bool:
@@ -201,44 +223,58 @@ def _plain_model(cls: type[BaseModel]) -> bool:
 def encode_items(
     serde: SerializerProtocol, value: list[Any], last: ListBytes | None, what: str
 ) -> ListBytes | None:
-    """`value` serialized by LangGraph's own serializer item by item: an item whose mark
-    (see `item_mark`) equals the mark of the item at its place in `last` takes that item's
-    bytes; any other is serialized. The bytes are those of `serde.dumps_typed(value)`
-    (msgpack concatenates). None: an item is not msgpack (e.g. the pickle fallback)."""
+    """`value` serialized by LangGraph's own serializer a chunk of `_CHUNK` items at a time:
+    a chunk whose mark (see `chunk_mark`) equals the mark of the chunk at its place in `last`
+    takes that chunk's bytes, and so do the first items of a chunk that `last` held fewer of
+    (its last chunk, grown) when their mark equals it; the other items are serialized. The
+    bytes are those of `serde.dumps_typed(value)` (msgpack concatenates). None: an item is
+    not msgpack (e.g. the pickle fallback)."""
     before: Sequence[Mark | None] = ()
     old_ends: Sequence[int] = ()
+    old_count = 0
     body = memoryview(b"")
     if last is not None and last.marks is not None and last.ends is not None:
-        before, old_ends = last.marks, last.ends
+        before, old_ends, old_count = last.marks, last.ends, last.count
         body = memoryview(last.data)[last.head:]
     parts: list[bytes | memoryview] = []
     marks: list[Mark | None] = []
     ends: list[int] = []
     end = 0
-    run = -1  # first item of the current run of items taken from `last`, if any
+    run = -1  # where, in the old body, the current run of bytes taken from `last` starts
     marks_bytes = 0
-    for i, item in enumerate(value):
-        mark = item_mark(item)
+    for j, lo in enumerate(range(0, len(value), _CHUNK)):
+        chunk = value[lo:lo + _CHUNK]
+        mark = chunk_mark(chunk)
         marks.append(mark)
         if mark is not None:
             marks_bytes += len(mark[1])
-        if mark is not None and i < len(before) and before[i] == mark:
+        kept = 0  # the chunk's first items whose bytes are those `last` holds
+        if j < len(before) and before[j] is not None:
+            held = min(old_count - lo, _CHUNK)
+            if before[j] == mark:
+                kept = len(chunk)
+            elif held < len(chunk) and chunk_mark(chunk[:held]) == before[j]:
+                kept = held
+        if kept:
+            start = old_ends[j - 1] if j else 0
             if run < 0:
-                run = i
-            end += old_ends[i] - (old_ends[i - 1] if i else 0)
-            ends.append(end)
-            continue
-        if run >= 0:  # items run..i-1 are one slice of the old body
-            parts.append(body[old_ends[run - 1] if run else 0:old_ends[i - 1]])
+                run = start
+            end += old_ends[j] - start
+            if kept == len(chunk):
+                ends.append(end)
+                continue
+        if run >= 0:
+            parts.append(body[run:old_ends[j] if kept else old_ends[j - 1]])
             run = -1
-        type_, data = dumps(serde, [item], what)
-        if type_ != "msgpack" or data[:1] != b"\x91":
+        type_, data = dumps(serde, chunk[kept:], what)
+        header = array_header(len(chunk) - kept)
+        if type_ != "msgpack" or not data.startswith(header):
             return None
-        parts.append(memoryview(data)[1:])
-        end += len(data) - 1
+        parts.append(memoryview(data)[len(header):])
+        end += len(data) - len(header)
         ends.append(end)
     if run >= 0:
-        parts.append(body[old_ends[run - 1] if run else 0:old_ends[len(value) - 1]])
+        parts.append(body[run:old_ends[len(marks) - 1]])
     header = array_header(len(value))
     return ListBytes(header + b"".join(parts), len(header), len(value),
                      marks=tuple(marks), ends=tuple(ends),

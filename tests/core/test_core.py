@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import operator
 import subprocess
@@ -109,7 +110,10 @@ def test_item_marks_tell_every_change_that_alters_the_bytes() -> None:
     from langgraph_ckpt_ext.core import codec
 
     serde = JsonPlusSerializer()
-    mark = codec.item_mark
+
+    def mark(item: Any) -> Any:
+        return codec.chunk_mark([item])
+
     assert mark(AIMessage("x", id="1")) == mark(AIMessage("x", id="1"))
     assert mark(AIMessage("x", id="1")) != mark(HumanMessage("x", id="1"))
     tagged, retagged = Tagged(text="t"), Tagged(text="t")
@@ -134,6 +138,67 @@ def test_item_marks_tell_every_change_that_alters_the_bytes() -> None:
     assert frozen.typed == serde.dumps_typed(second) and frozen.listed is not None
 
 
+def test_chunk_marks_reuse_whole_chunks_and_a_grown_last_chunk() -> None:
+    """Marks cover chunks of items: a list grown by a few items reuses every chunk before
+    and the first items of its grown last chunk, serializing the new items alone; a change
+    deep inside one item, a run shared otherwise (equal values), an item of another type,
+    an unpicklable item or a shorter list serialize what they touch again; every encoding
+    equals the serializer's own."""
+    from langchain_core.messages import HumanMessage
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from langgraph_ckpt_ext.core import codec
+
+    serde = JsonPlusSerializer()
+    asked: list[int] = []
+    real = serde.dumps_typed
+
+    def counting(value: Any) -> tuple[str, bytes]:
+        asked.append(len(value))
+        return real(value)
+
+    serde.dumps_typed = counting  # type: ignore[method-assign]
+    size = codec._CHUNK
+    value: list[Any] = [AIMessage(f"m{i}", id=str(i), additional_kwargs={"n": [i]})
+                        for i in range(2 * size + 3)]
+    last = codec.encode_items(serde, value, None, "m")
+    assert last is not None and len(last.marks or ()) == 3
+
+    def again(new: list[Any]) -> list[int]:
+        nonlocal last
+        asked.clear()
+        out = codec.encode_items(serde, new, last, "m")
+        assert out is not None and out.data == real(new)[1]
+        last = out
+        return list(asked)
+
+    value = [*value, AIMessage("new", id="n1")]
+    assert again(value) == [1]  # the new item alone: the last chunk's first three reused
+    value = [*value, *(AIMessage(f"x{i}", id=f"x{i}") for i in range(size))]
+    assert again(value) == [size - 4, 4]  # the last chunk filled up, and a new one
+    value[size + 2].additional_kwargs["n"].append(0)  # in place, deep inside
+    assert again(value) == [size]  # its chunk alone
+    shared = {"n": [7]}
+    value[1] = AIMessage("s", id="s", additional_kwargs=shared)
+    value[2] = AIMessage("s", id="s", additional_kwargs=shared)
+    assert again(value) == [size]
+    value[2] = AIMessage("s", id="s", additional_kwargs={"n": [7]})  # equal, not shared
+    assert again(value) == [size]
+    value[0] = HumanMessage(value[0].content, id=value[0].id)
+    assert again(value) == [size]
+
+    @dataclasses.dataclass
+    class Local:  # a class of a function's: pickle cannot name it, msgpack takes it
+        x: int
+
+    value[size] = Local(1)
+    assert codec.chunk_mark(value[size:2 * size]) is None
+    assert again(value) == [size] and again(value) == [size]  # its chunk every time
+    value[size] = AIMessage("back", id="back")
+    assert again(value) == [size] and again(value) == []
+    assert again(value[: size + 5]) == [5]  # shorter: the last chunk again
+
+
 def test_append_log_is_bounded_in_bytes() -> None:
     log = AppendLog(max_bytes=10_000)
     for i in range(50):
@@ -147,8 +212,8 @@ def test_append_log_is_bounded_in_bytes() -> None:
 
 
 def test_lists_serialized_item_by_item_and_byte_identical() -> None:
-    """Each put serializes only the items whose state changed since the list stored before
-    (decided from their pickled state, never from the objects); every blob equals what the
+    """Each put serializes only the chunks of items whose state changed since the list
+    stored before (decided from their pickled state, never from the objects); every blob equals what the
     serializer itself gives for that slice; an item changed in place is serialized again and
     the list stored whole; an item the serializer cannot take as msgpack falls back to
     serializing the value whole."""
