@@ -104,9 +104,7 @@ class MemoryStore:
         state = self.threads.get(thread_id)
         if state is None:
             state = ThreadState(thread_id, now, now)
-        self.threads[thread_id] = replace(
-            state, generation=state.generation + 1,
-            written_at=now if activity else state.written_at)
+        self.threads[thread_id] = state.written(now, activity)
 
     def _put_blobs(self, thread_id: str, ns: str, blobs: Sequence[BlobRow]) -> set[str]:
         fell_back: set[str] = set()
@@ -116,7 +114,8 @@ class MemoryStore:
                 blob = whole(blob)
                 fell_back.add(blob.channel)
             # Keep only the bytes: `full` holds the whole value it was made from.
-            stored[(blob.channel, blob.version)] = replace(blob, full=None)
+            stored[(blob.channel, blob.version)] = blob if blob.full is None else BlobRow(
+                blob.channel, blob.version, blob.type, blob.data, blob.base_version)
         return fell_back
 
     def _put_refusal(self, row: CheckpointRow, guard: Guard, head: str | None,

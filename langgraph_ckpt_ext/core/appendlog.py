@@ -64,6 +64,13 @@ class ListBytes:
     copies_bytes: int = 0
     marks_bytes: int = 0
 
+    def with_copies(self, copies: tuple[bytes, ...], copies_by: object, copies_bytes: int,
+                    copies_end: int, copies_count: int) -> ListBytes:
+        """This list holding `copies` (see the fields), made field by field: a put or a read
+        asks it, and `dataclasses.replace` costs several microseconds."""
+        return ListBytes(self.data, self.head, self.count, copies, copies_by, copies_end,
+                         copies_count, self.marks, self.ends, copies_bytes, self.marks_bytes)
+
     @property
     def size(self) -> int:
         """What it holds in memory, roughly (the append log's budget)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.base import (
@@ -286,9 +286,8 @@ def _extend_copies(listed: ListBytes, last: ListBytes | None) -> ListBytes:
     when it extends `last`: the items added are decoded by the next read that needs them."""
     if last is None or last.copies is None or not listed.starts_with(last):
         return listed
-    return replace(listed, copies=last.copies, copies_by=last.copies_by,
-                   copies_bytes=last.copies_bytes, copies_end=last.copies_end,
-                   copies_count=last.copies_count)
+    return listed.with_copies(last.copies, last.copies_by, last.copies_bytes, last.copies_end,
+                              last.copies_count)
 
 
 class ListCopies:
@@ -320,9 +319,8 @@ class ListCopies:
                     runs = (*done, pickle.dumps(list(tail), pickle.HIGHEST_PROTOCOL))
             except Exception:  # something pickle cannot copy: decoded at every read
                 return [*items, *tail]
-            self._log.attach(self._thread_id, self._ns, channel, replace(
-                held, copies=runs, copies_by=serde, copies_bytes=sum(map(len, runs)),
-                copies_end=len(held.data) - held.head, copies_count=held.count))
+            self._log.attach(self._thread_id, self._ns, channel, held.with_copies(
+                runs, serde, sum(map(len, runs)), len(held.data) - held.head, held.count))
             items += tail
         return items
 

@@ -5,6 +5,7 @@ Time is an injected clock (`cp.clock`): no test sleeps for a TTL.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import threading
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from langgraph.types import Command
 
 from langgraph_ckpt_ext import Retention
 from langgraph_ckpt_ext.core.errors import InvalidConfigError
-from langgraph_ckpt_ext.core.retention import SweepSchedule, thread_digest
+from langgraph_ckpt_ext.core.retention import SweepSchedule, ThreadState, thread_digest
 from tests.support.graphs import approval_graph
 from tests.support.lifecycle import DAY, Clock, cfg, chat, sweeps_beside_a_graph
 from tests.support.savers import SaverHandle, open_saver, params
@@ -301,3 +302,15 @@ def test_a_cut_the_store_is_too_busy_for_is_skipped_not_fatal(tmp_path: Path) ->
     assert report.busy == ["a"] and list(report.trimmed) == ["b"]
     store.delete_checkpoints = delete
     assert list(cp.sweep().trimmed) == ["a"]  # the next pass finishes the job
+
+
+def test_a_thread_row_after_a_write_keeps_every_other_field() -> None:
+    """`ThreadState.written` (made field by field, for speed) moves the generation, and the
+    write time for activity, and keeps every other field, whichever fields the row has."""
+    values: dict[str, Any] = {}
+    for i, f in enumerate(dataclasses.fields(ThreadState)):
+        values[f.name] = {"thread_id": "t", "pinned": True, "policy": "p"}.get(f.name, i + 0.5)
+    row = ThreadState(**values)
+    after = row.written(99.0)
+    assert dataclasses.replace(row, generation=row.generation + 1, written_at=99.0) == after
+    assert dataclasses.replace(row, generation=row.generation + 1) == row.written(99.0, False)
