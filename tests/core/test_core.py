@@ -592,6 +592,13 @@ async def test_group_commit_isolates_a_failing_write(tmp_path: Path) -> None:
         assert "UNIQUE" in str(results[3])  # a duplicate fails alone, too
         rows = await conn.execute_fetchall("SELECT x FROM t ORDER BY x")
         assert [r[0] for r in rows] == [1, 2]  # 99 rolled back with its failing write
+        # While nothing fails, a batch runs without savepoints: one BEGIN, one COMMIT.
+        ran: list[str] = []
+        await conn.set_trace_callback(ran.append)
+        assert await asyncio.gather(*(commits.submit(insert(x)) for x in (3, 4, 5))) == [1, 1, 1]
+        await conn.set_trace_callback(None)
+        assert ran == ["BEGIN IMMEDIATE", *(f"INSERT INTO t VALUES ({x})" for x in (3, 4, 5)),
+                       "COMMIT"]
     finally:
         await conn.close()
 

@@ -1,7 +1,10 @@
 """SQL of the SQLite backend, as named constants. Values are always bound parameters; the only
-text ever generated is a run of `?` placeholders sized by a count."""
+text ever generated is a run of `?` placeholders sized by a count (and `many`'s run of a
+constant statement's rows)."""
 
 from __future__ import annotations
+
+import functools
 
 CHECKPOINT_COLS = (
     "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, "
@@ -48,6 +51,14 @@ INSERT OR IGNORE INTO lgx_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, data, task_path)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 INSERT_WRITE_REPLACE = INSERT_WRITE_KEEP.replace("INSERT OR IGNORE", "INSERT OR REPLACE")
+
+
+@functools.lru_cache(maxsize=256)
+def many(statement: str, rows: int) -> str:
+    """`statement`, an INSERT of one row (`... VALUES (...)`), for `rows` rows at once: the
+    rows go in order, as `executemany` would take them."""
+    head, row = statement.rsplit("VALUES ", 1)
+    return f"{head}VALUES {', '.join([row] * rows)}"
 
 SELECT_CHECKPOINT = f"""
 SELECT {CHECKPOINT_COLS} FROM lgx_checkpoints

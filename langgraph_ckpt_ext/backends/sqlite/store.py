@@ -53,6 +53,17 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]
         yield items[i : i + size]
 
 
+_ROWS = 64  # rows per multi-row INSERT (at most 9 parameters a row: under SQLite's 999)
+
+
+def _insert(conn: sqlite3.Connection, statement: str, rows: Sequence[Sequence[Any]]) -> None:
+    """`rows` by `statement` (an INSERT of one row), up to `_ROWS` to a statement: SQLite
+    steps once for them all (one release of the GIL, one hand-off back to the writer's
+    thread), where `executemany` steps once per row."""
+    for chunk in _chunks(rows, _ROWS):
+        conn.execute(sql.many(statement, len(chunk)), [v for row in chunk for v in row])
+
+
 def _migrate(conn: sqlite3.Connection) -> int:
     conn.execute(sql.CREATE_MIGRATIONS)
     while True:
@@ -169,7 +180,7 @@ def _put_blobs(conn: sqlite3.Connection, tid: str, ns: str, blobs: Sequence[Blob
             full.append((w.channel, w.version, w.type, w.data))
             fell_back.add(b.channel)
     if full:
-        conn.executemany(sql.UPSERT_BLOB, [(tid, ns, *f) for f in full])
+        _insert(conn, sql.UPSERT_BLOB, [(tid, ns, *f) for f in full])
     return fell_back
 
 
@@ -191,9 +202,9 @@ def _put_writes(conn: sqlite3.Connection, rows: Sequence[WriteRow]) -> None:
     keep = [_write_params(r) for r in rows if r.idx >= 0]
     replace = [_write_params(r) for r in rows if r.idx < 0]
     if keep:
-        conn.executemany(sql.INSERT_WRITE_KEEP, keep)
+        _insert(conn, sql.INSERT_WRITE_KEEP, keep)
     if replace:
-        conn.executemany(sql.INSERT_WRITE_REPLACE, replace)
+        _insert(conn, sql.INSERT_WRITE_REPLACE, replace)
 
 
 def _facts(conn: sqlite3.Connection, tid: str, ns: str, cid: str) -> tuple[Any, ...]:
@@ -497,7 +508,7 @@ class SQLiteStore:
             if new_writes is not None:
                 conn.execute(sql.DELETE_CHECKPOINT_WRITES, (tid, ns, cid))
                 if new_writes:
-                    conn.executemany(sql.INSERT_WRITE_REPLACE, new_writes)
+                    _insert(conn, sql.INSERT_WRITE_REPLACE, new_writes)
             conn.execute(sql.UPSERT_THREAD_CHANGED, (tid, now))
             return True
 

@@ -4,8 +4,8 @@ aiosqlite runs each statement as one job on its connection's thread; a put made 
 statements is five round trips, each a thread switch that waits for the GIL. Here a whole
 operation is one function run on that thread (`Db.call`), and concurrent writes are committed
 together (`GroupCommit`): one `BEGIN IMMEDIATE ... COMMIT` (one fsync) for all the writes that
-queued while the previous batch ran, each inside its own SAVEPOINT so that one failing write
-fails alone.
+queued while the previous batch ran; should one fail, the batch runs again with each write
+inside a SAVEPOINT of its own, so that the failing write fails alone.
 
 A job answers its caller itself, never through aiosqlite's reply: aiosqlite's thread answers
 on the caller's event loop, and dies ("Event loop is closed") if that loop closed meanwhile
@@ -206,22 +206,26 @@ def _answer_all(outcomes: list[_Outcome]) -> None:
 
 
 def _commit(conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any]]]) -> list[_Outcome]:
-    """Run the batch in one transaction, each op in a SAVEPOINT of its own (an op alone: the
-    transaction is its savepoint, two statements fewer): one failing op fails alone; a
-    failed BEGIN or COMMIT fails them all."""
+    """Run the batch in one transaction: one failing op fails alone, a failed BEGIN or
+    COMMIT fails them all. The ops run one after another as they are; should one fail, the
+    transaction is rolled back and the batch run again with each op in a SAVEPOINT of its
+    own, rolled back alone if it fails (an op only runs statements, so running it again
+    gives what it would have given then). Two statements an op fewer while nothing fails."""
     try:
         conn.execute("BEGIN IMMEDIATE")
     except BaseException as exc:
         return [(fut, None, exc) for _, fut in batch]
-    if len(batch) == 1:
-        (op, fut), = batch
+    try:
+        outcomes: list[_Outcome] = [(fut, op(conn), None) for op, fut in batch]
+    except BaseException as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        if len(batch) == 1 or not isinstance(exc, Exception):
+            return [(fut, None, exc) for _, fut in batch]
         try:
-            outcomes: list[_Outcome] = [(fut, op(conn), None)]
-        except BaseException as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            return [(fut, None, exc)]
-    else:
+            conn.execute("BEGIN IMMEDIATE")
+        except BaseException as again:
+            return [(fut, None, again) for _, fut in batch]
         outcomes = [_in_savepoint(conn, op, fut) for op, fut in batch]
     try:
         conn.execute("COMMIT")
