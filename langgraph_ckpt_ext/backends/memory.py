@@ -114,8 +114,7 @@ class MemoryStore:
                 blob = whole(blob)
                 fell_back.add(blob.channel)
             # Keep only the bytes: `full` holds the whole value it was made from.
-            stored[(blob.channel, blob.version)] = blob if blob.full is None else BlobRow(
-                blob.channel, blob.version, blob.type, blob.data, blob.base_version)
+            stored[(blob.channel, blob.version)] = blob.portable()
         return fell_back
 
     def _put_refusal(self, row: CheckpointRow, guard: Guard, head: str | None,

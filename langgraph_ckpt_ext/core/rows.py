@@ -49,6 +49,13 @@ class BlobRow:
     base_version: str | None = None
     full: Callable[[], Typed] | None = field(default=None, compare=False, repr=False)
 
+    def portable(self) -> BlobRow:
+        """This row as stored or sent on: its bytes alone, without the whole value it could
+        fall back on (a closure over the values it was made from)."""
+        if self.full is None:
+            return self
+        return BlobRow(self.channel, self.version, self.type, self.data, self.base_version)
+
     def __reduce__(self) -> tuple[Any, ...]:
         # `full` stays behind: it holds the value it was made from, not plain data.
         return (BlobRow, (self.channel, self.version, self.type, self.data, self.base_version))

@@ -273,8 +273,7 @@ def _depth(ns: str) -> int:
 def portable_blobs(blobs: Sequence[BlobRow]) -> builtins.list[BlobRow]:
     """Blobs as another store takes them: plain data that pickles, an append-delta without
     the whole value it could fall back on."""
-    return [b if b.full is None else BlobRow(b.channel, b.version, b.type, b.data, b.base_version)
-            for b in blobs]
+    return [b.portable() for b in blobs]
 
 
 @dataclass(frozen=True, slots=True)

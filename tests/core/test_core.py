@@ -213,10 +213,10 @@ def test_append_log_is_bounded_in_bytes() -> None:
 
 def test_lists_serialized_item_by_item_and_byte_identical() -> None:
     """Each put serializes only the chunks of items whose state changed since the list
-    stored before (decided from their pickled state, never from the objects); every blob equals what the
-    serializer itself gives for that slice; an item changed in place is serialized again and
-    the list stored whole; an item the serializer cannot take as msgpack falls back to
-    serializing the value whole."""
+    stored before (decided from their pickled state, never from the objects); every blob
+    equals what the serializer itself gives for that slice; an item changed in place is
+    serialized again and the list stored whole; an item the serializer cannot take as
+    msgpack falls back to serializing the value whole."""
     from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
     from langgraph_ckpt_ext.core import codec

@@ -184,6 +184,16 @@ class _CountingCondition(threading.Condition):
         super().notify_all()
 
 
+_ROOT = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+
+
+def _put(n: int) -> Op:
+    """The `n`th checkpoint of thread `t`, as a replica's queue holds it."""
+    ck = empty_checkpoint()
+    ck["id"] = str(uuid.UUID(int=n))
+    return Op("put", (_ROOT, ck, {"source": "loop", "step": n}, {}), ("t",), time.monotonic())
+
+
 def test_a_lingering_worker_is_woken_by_a_first_op_and_a_full_batch_only() -> None:
     """Each queued op woke the worker, which then only lingered on: a thread switch per
     write for the writer. Now a first op wakes it, and a full batch (applied at once, not
@@ -191,23 +201,16 @@ def test_a_lingering_worker_is_woken_by_a_first_op_and_a_full_batch_only() -> No
     saver = InMemoryCheckpointer()
     replica = Replica("r", saver, max_queue=1000, linger=30.0)
     cond = replica.cond = _CountingCondition()
-    root = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
-
-    def put(n: int) -> Op:
-        ck = empty_checkpoint()
-        ck["id"] = str(uuid.UUID(int=n))
-        return Op("put", (root, ck, {"source": "loop", "step": n}, {}), ("t",), time.monotonic())
-
     try:
         for n in range(1, 11):
-            replica.push(put(n), wait=5)
+            replica.push(_put(n), wait=5)
         assert cond.wakes == 1  # the first; the worker lingers on it
         for n in range(11, BATCH + 1):
-            replica.push(put(n), wait=5)
+            replica.push(_put(n), wait=5)
         assert cond.wakes == 2  # the batch is full
         with cond:
             assert cond.wait_for(replica.drained, timeout=20)
-        assert len(list(saver.list(root))) == BATCH
+        assert len(list(saver.list(_ROOT))) == BATCH
     finally:
         replica.stop()
         assert replica.thread is not None
@@ -234,3 +237,36 @@ def test_a_replica_going_down_is_logged_once_without_passwords(
                            "error": "ConnectionError: could not reach "
                                     "postgresql://app:***@db:5432/x"}
     assert "back after 2 failed attempts" in back.getMessage()
+
+
+class _Unreachable(InMemoryCheckpointer):
+    """A replica whose every write fails as an outage does (the worker marks it down)."""
+
+    attempts = 0
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        type(self).attempts += 1
+        raise ConnectionError("replica unreachable")
+
+
+def test_a_replica_that_is_down_is_retried_on_its_back_off_not_at_every_write() -> None:
+    """Once down, a replica's queue growing past a batch does not wake its worker at each
+    write (each wake retried the dead server): it waits out its back-off."""
+    saver = _Unreachable()
+    replica = Replica("r", saver, max_queue=10_000, linger=0.0)
+    cond = replica.cond = _CountingCondition()
+    try:
+        replica.push(_put(1), wait=5)
+        deadline = time.monotonic() + 10
+        while replica.status().up and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not replica.status().up
+        wakes, tried = cond.wakes, _Unreachable.attempts
+        for n in range(2, 3 * BATCH):
+            replica.push(_put(n), wait=5)
+        assert cond.wakes == wakes  # not one wake for the writes made while it is down
+        assert _Unreachable.attempts - tried <= 3  # its back-off's retries alone, if any
+    finally:
+        replica.stop()
+        assert replica.thread is not None
+        replica.thread.join(5)

@@ -65,10 +65,10 @@ class Replica(Health):
         self.start()
 
     def _wakes(self) -> bool:
-        """Whether an op just queued must wake the worker (under `cond`): it waits for a
-        first op, or lingers on the head until its time is up or a batch is full, or backs
-        off; a wake for any other op would only cost the writer's thread a switch. A replica
-        that is down is retried on its back-off, not at every write."""
+        """Whether an op just queued must wake the worker (under `cond`): a first op (it
+        waits for one), or a full batch (it lingers on the head until one). Any other wake
+        would only cost the writer's thread a switch; and a replica that is down waits out
+        its back-off, not retried at every write."""
         return self.up and (len(self.queue) == 1 or len(self.queue) >= BATCH)
 
     def _queued(self) -> int:
