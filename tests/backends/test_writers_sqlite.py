@@ -11,14 +11,18 @@ only about outcomes.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sqlite3
+import threading
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 
 from langgraph_ckpt_ext import LeaseLostError, SQLiteCheckpointer, ThreadDeletedError
@@ -200,3 +204,44 @@ def test_storage_version_5_upgrades_in_place(tmp_path: Path) -> None:
                    {"source": "loop", "step": 9}, {})
     with SQLiteCheckpointer(db) as cp:  # idempotent
         assert cp.setup() == LATEST
+
+
+def _open_at_once(path: Path, names: list[str]) -> list[BaseException]:
+    """Each name a thread with its own event loop, opening `path` at the same moment and
+    putting one checkpoint to the thread of that name; what they raised."""
+    ready = threading.Barrier(len(names))
+    errors: list[BaseException] = []
+
+    async def open_and_put(name: str) -> None:
+        ready.wait(30)
+        async with SQLiteCheckpointer.from_conn_string(path) as cp:
+            await cp.aput(cfg(name), empty_checkpoint(), {"source": "loop", "step": 0}, {})
+
+    def run(name: str) -> None:
+        try:
+            asyncio.run(open_and_put(name))
+        except BaseException as exc:  # reported by the test thread
+            errors.append(exc)
+
+    workers = [threading.Thread(target=run, args=(name,)) for name in names]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    return errors
+
+
+def test_openers_of_a_new_file_at_once_all_open(tmp_path: Path) -> None:
+    """Four openers of one new file at once (as LangGraph's server opens its checkpointer once
+    per thread), over rounds. SQLite refuses the switch to WAL at once, without waiting its
+    busy timeout, while another connection is switching: every opener must wait its turn and
+    write, none fail with "database is locked"."""
+    names = [f"t{i}" for i in range(4)]
+    for n in range(25):
+        path = tmp_path / f"ck{n}.db"
+        errors = _open_at_once(path, names)
+        assert not errors, f"round {n}: {errors!r}"
+        with closing(sqlite3.connect(path)) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            rows = conn.execute("SELECT DISTINCT thread_id FROM lgx_checkpoints").fetchall()
+        assert {r[0] for r in rows} == set(names)

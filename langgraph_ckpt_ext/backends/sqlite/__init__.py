@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sqlite3
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -55,25 +58,53 @@ async def _is_new(conn: aiosqlite.Connection) -> bool:
     return row is not None and int(row[0]) == 0
 
 
+async def _pragma(conn: aiosqlite.Connection, pragma: str) -> None:
+    async with conn.execute(pragma) as cursor:
+        await cursor.fetchall()  # a statement left unfinished would block a COMMIT
+
+
+async def _to_wal(conn: aiosqlite.Connection, busy_timeout: float) -> None:
+    """Switch the file to WAL mode. The switch takes the file for itself, and SQLite refuses
+    it at once ("database is locked", without waiting the busy timeout) while another
+    connection, in this process or another, is opening or switching the same file: tried
+    again until the busy timeout has passed."""
+    deadline = time.monotonic() + busy_timeout
+    pause = 0.005
+    while True:
+        try:
+            await _pragma(conn, "PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
 async def _open_store(path: str, busy_timeout: float, synchronous: str) -> SQLiteStore:
     if synchronous.upper() not in _SYNC_LEVELS:
         raise ValueError(f"synchronous must be one of {_SYNC_LEVELS}, got {synchronous!r}")
     writer = await _connect(path, busy_timeout)
-    pragmas = [f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}"]
-    if not _is_read_only(path) and await _is_new(writer):
-        # Before anything creates the file (WAL mode included): afterwards, only a VACUUM
-        # can switch it (see `store._incremental_auto_vacuum`).
-        pragmas.append("PRAGMA auto_vacuum = INCREMENTAL")
-    if _is_memory(path):
-        reader = None
-    else:
-        if not _is_read_only(path):  # switching to WAL writes to the file
-            pragmas.append("PRAGMA journal_mode = WAL")
-        reader = await _connect(path, busy_timeout)
-        await reader.execute(pragmas[0])
-    pragmas.append(f"PRAGMA synchronous = {synchronous.upper()}")
-    for pragma in pragmas:
-        await writer.execute(pragma)
+    reader = None
+    try:
+        pragmas = [f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}"]
+        if not _is_read_only(path) and await _is_new(writer):
+            # Before anything creates the file (WAL mode included): afterwards, only a VACUUM
+            # can switch it (see `store._incremental_auto_vacuum`).
+            pragmas.append("PRAGMA auto_vacuum = INCREMENTAL")
+        pragmas.append(f"PRAGMA synchronous = {synchronous.upper()}")
+        for pragma in pragmas:
+            await _pragma(writer, pragma)
+        if not _is_memory(path):
+            if not _is_read_only(path):  # switching to WAL writes to the file
+                await _to_wal(writer, busy_timeout)
+            reader = await _connect(path, busy_timeout)
+            await _pragma(reader, pragmas[0])
+    except BaseException:  # a file that could not be set up leaves no connection open
+        for conn in (reader, writer):
+            if conn is not None:
+                await conn.close()
+        raise
     return SQLiteStore(writer, reader)
 
 
