@@ -9,6 +9,8 @@ with `durability="exit"` (one save per run). Every other line stores every check
   official-memory  InMemorySaver
   ours-memory      InMemoryCheckpointer
   ours-sqlite      SQLiteCheckpointer, synchronous=FULL (the durable default)
+  ours-sqlite-inline  the same with inline_commits=True (light writes committed on the
+                   event loop's thread while the disk is quick)
   official-sqlite  AsyncSqliteSaver (SQLite's default, synchronous=FULL)
   ours-postgres    PostgresCheckpointer over loopback (--dsn)
   ours-redis       RedisCheckpointer (--redis-url)
@@ -63,8 +65,8 @@ from places import drop, open_saver, server_options
 
 from langgraph_ckpt_ext import InMemoryCheckpointer
 
-LINES = ("floor", "official-memory", "ours-memory", "ours-sqlite", "official-sqlite",
-         "ours-postgres", "ours-redis")
+LINES = ("floor", "official-memory", "ours-memory", "ours-sqlite", "ours-sqlite-inline",
+         "official-sqlite", "ours-postgres", "ours-redis")
 GOALS = {"ours-sqlite": 0.8, "ours-postgres": 0.6, "ours-redis": 0.7}
 CPU_GOAL = {"ours-sqlite": 1.3}
 
@@ -81,9 +83,9 @@ async def opened(line: str, args: argparse.Namespace, tmp: Path) -> AsyncIterato
         async with AsyncSqliteSaver.from_conn_string(str(tmp / f"{place}.db")) as saver:
             yield saver
     else:
-        backend = line.removeprefix("ours-")
+        backend = line.removeprefix("ours-").removesuffix("-inline")
         saver = open_saver(backend, str(tmp / f"{place}.db") if backend == "sqlite" else place,
-                           args)
+                           args, **({"inline_commits": True} if line.endswith("-inline") else {}))
         try:
             await saver.asetup()
             yield saver
@@ -267,7 +269,7 @@ def main() -> None:
         print("instructions per turn (callgrind, every thread of the process; "
               f"{args.count_turns}-turn threads):")
         for line, n in counted.items():
-            print(f"  {line:<16} {n / 1e6:7.2f} M  {n / counted['floor']:.3f}x the floor")
+            print(f"  {line:<19} {n / 1e6:7.2f} M  {n / counted['floor']:.3f}x the floor")
         if args.json:
             import jsonout
 
@@ -280,11 +282,11 @@ def main() -> None:
     for c in args.concurrency:
         rows = out[str(c)]
         print(f"\nconcurrency {c}")
-        print(f"{'line':<16} {'turns/s':>8} {'x floor':>8} {'(range)':>13} "
+        print(f"{'line':<19} {'turns/s':>8} {'x floor':>8} {'(range)':>13} "
               f"{'cpu ms/turn':>11} {'x floor':>8}")
         for line, row in rows.items():
             lo, hi = row["turns_x_range"]
-            print(f"{line:<16} {row['turns_per_s']:>8.1f} {row['turns_x']:>8.2f} "
+            print(f"{line:<19} {row['turns_per_s']:>8.1f} {row['turns_x']:>8.2f} "
                   f"{lo:>6.2f}-{hi:.2f} {row['cpu_ms']:>11.2f} {row['cpu_x']:>8.2f}")
         for line, goal in GOALS.items():
             if line in rows:
@@ -298,7 +300,7 @@ def main() -> None:
         lo, hi = (str(c) for c in (min(args.concurrency), max(args.concurrency)))
         print(f"\nscaling, turns/s at concurrency {hi} / at {lo}:")
         for line in out[lo]:
-            print(f"  {line:<16} {out[hi][line]['turns_per_s'] / out[lo][line]['turns_per_s']:.2f}")
+            print(f"  {line:<19} {out[hi][line]['turns_per_s'] / out[lo][line]['turns_per_s']:.2f}")
     if "profile" in out:
         prof = out["profile"]
         print(f"\nprofile of {prof['line']} (cProfile, own time in ms per turn, inflated by "

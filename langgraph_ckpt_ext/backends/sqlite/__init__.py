@@ -81,11 +81,30 @@ async def _to_wal(conn: aiosqlite.Connection, busy_timeout: float) -> None:
         pause = min(pause * 2, 0.1)
 
 
-async def _open_store(path: str, busy_timeout: float, synchronous: str) -> SQLiteStore:
+def _inline_connection(path: str, synchronous: str) -> sqlite3.Connection | None:
+    """The connection for light writes on the caller's thread (`worker.GroupCommit`): no busy
+    timeout (a busy file sends the batch to the writer's thread, which waits), usable from any
+    thread one at a time. None unless the file is in WAL mode: only there does a COMMIT never
+    wait for readers."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=0, check_same_thread=False,
+                           uri=path.startswith("file:"))
+    try:
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+            conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+            return conn
+    except sqlite3.OperationalError:  # busy this instant: every write goes to the thread
+        pass
+    conn.close()
+    return None
+
+
+async def _open_store(path: str, busy_timeout: float, synchronous: str,
+                      inline_commits: bool = False) -> SQLiteStore:
     if synchronous.upper() not in _SYNC_LEVELS:
         raise ValueError(f"synchronous must be one of {_SYNC_LEVELS}, got {synchronous!r}")
     writer = await _connect(path, busy_timeout)
     reader = None
+    inline = None
     try:
         pragmas = [f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}"]
         if not _is_read_only(path) and await _is_new(writer):
@@ -100,12 +119,14 @@ async def _open_store(path: str, busy_timeout: float, synchronous: str) -> SQLit
                 await _to_wal(writer, busy_timeout)
             reader = await _connect(path, busy_timeout)
             await _pragma(reader, pragmas[0])
+            if inline_commits and not _is_read_only(path):
+                inline = _inline_connection(path, synchronous)
     except BaseException:  # a file that could not be set up leaves no connection open
         for conn in (reader, writer):
             if conn is not None:
                 await conn.close()
         raise
-    return SQLiteStore(writer, reader)
+    return SQLiteStore(writer, reader, inline)
 
 
 class SQLiteCheckpointer(Checkpointer):
@@ -129,6 +150,11 @@ class SQLiteCheckpointer(Checkpointer):
         busy_timeout: seconds to wait for another writer of the same file.
         synchronous: SQLite's `PRAGMA synchronous` (`"FULL"` by default, as LangGraph's saver;
             `"NORMAL"` is faster and still safe against a crash of the process).
+        inline_commits: commit light writes (puts, pending writes) on the caller's thread
+            while the disk is quick and the file free, instead of handing each to the
+            connection's thread: less CPU, but the event loop waits for each commit's fsync.
+            Off by default: LangGraph's server (`langgraph dev`) refuses blocking calls in its
+            event loop. For scripts and workers of your own. See docs/backends.md.
         setup: create or migrate the tables now (idempotent; safe across processes).
         schema_chain: the state schema's version and upcasters (`SchemaChain`): see
             `migrate_threads`.
@@ -179,6 +205,7 @@ class SQLiteCheckpointer(Checkpointer):
         append_log_bytes: int = DEFAULT_MAX_BYTES,
         busy_timeout: float = 30.0,
         synchronous: str = "FULL",
+        inline_commits: bool = False,
         setup: bool = True,
         schema_chain: SchemaChain | None = None,
         audit: bool = False,
@@ -207,7 +234,8 @@ class SQLiteCheckpointer(Checkpointer):
                 store = SQLiteStore(conn, None)
                 store.owns_connections = False
             else:
-                store = bridge.run(_open_store(os.fspath(conn), busy_timeout, synchronous))
+                store = bridge.run(_open_store(
+                    os.fspath(conn), busy_timeout, synchronous, inline_commits))
         super().__init__(
             store, serde=serde, snapshot_every=snapshot_every,
             append_log_bytes=append_log_bytes, bridge=bridge,
@@ -248,7 +276,8 @@ class SQLiteCheckpointer(Checkpointer):
         """The checkpointer, its connections opened on the running event loop."""
         setup = kwargs.pop("setup", True)
         store = await _open_store(
-            conn, kwargs.pop("busy_timeout", 30.0), kwargs.pop("synchronous", "FULL"))
+            conn, kwargs.pop("busy_timeout", 30.0), kwargs.pop("synchronous", "FULL"),
+            kwargs.pop("inline_commits", False))
         try:
             saver = cls(conn, _store=store, **kwargs)
         except BaseException:

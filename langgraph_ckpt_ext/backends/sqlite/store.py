@@ -323,10 +323,12 @@ class SQLiteStore:
     inline = False
     wants_versions = False
 
-    def __init__(self, writer: aiosqlite.Connection, reader: aiosqlite.Connection | None) -> None:
+    def __init__(self, writer: aiosqlite.Connection, reader: aiosqlite.Connection | None,
+                 inline: sqlite3.Connection | None = None) -> None:
         self._writer = Db(writer)
         self._reader = Db(reader) if reader is not None else self._writer
-        self._commits = GroupCommit(self._writer)
+        self._inline = inline  # light writes on the caller's thread (`GroupCommit`)
+        self._commits = GroupCommit(self._writer, inline)
         self.owns_connections = True
         self.clock: Callable[[], float] = time.time
         self._path: str | None = None  # the database file ("": none), once asked
@@ -385,7 +387,7 @@ class SQLiteStore:
                 conn.execute(sql.UPSERT_THREAD_WRITTEN, (row.thread_id, now))
                 return fell_back
 
-        return await self._commits.submit(op)  # type: ignore[no-any-return]
+        return await self._commits.submit(op, light=True)  # type: ignore[no-any-return]
 
     async def write_batch(
         self, items: Sequence[BatchItem], guards: Sequence[Guard | None] | None = None
@@ -424,7 +426,7 @@ class SQLiteStore:
             _wrote(conn, threads, now)
             return out
 
-        return await self._commits.submit(op)  # type: ignore[no-any-return]
+        return await self._commits.submit(op, light=True)  # type: ignore[no-any-return]
 
     async def write_writes(self, rows: Sequence[WriteRow], guard: Guard | None = None) -> None:
         if not rows:
@@ -438,7 +440,7 @@ class SQLiteStore:
             _put_writes(conn, rows)
             _wrote(conn, threads, now)
 
-        await self._commits.submit(op)
+        await self._commits.submit(op, light=True)
 
     async def delete_thread(self, thread_id: str, tombstone: bool = False) -> None:
         at = self.clock() if tombstone else None
@@ -549,7 +551,7 @@ class SQLiteStore:
         def op(conn: sqlite3.Connection) -> None:
             conn.execute(statement, params)
 
-        await self._commits.submit(op)
+        await self._commits.submit(op, light=True)
 
     async def set_pinned(self, thread_id: str, pinned: bool) -> None:
         await self._lifecycle_write(sql.UPSERT_THREAD_PINNED,
@@ -658,7 +660,7 @@ class SQLiteStore:
         def op(conn: sqlite3.Connection) -> int:
             return int(conn.execute(statement, params).rowcount)
 
-        return await self._commits.submit(op)  # type: ignore[no-any-return]
+        return await self._commits.submit(op, light=True)  # type: ignore[no-any-return]
 
     async def tombstone(self, thread_id: str) -> float | None:
         rows = await self._fetchall(sql.SELECT_TOMBSTONE, (thread_id,))
@@ -805,6 +807,7 @@ class SQLiteStore:
     async def close(self) -> None:
         if not self.owns_connections:
             return
+        self._commits.close_inline()
         await self._writer.conn.close()
         if self._reader is not self._writer:
             await self._reader.conn.close()
