@@ -200,6 +200,52 @@ async def test_a_failing_write_fails_alone_on_the_callers_thread(tmp_path: Path)
         assert sorted(r[0] for r in rows) == [10, 11]
 
 
+async def test_a_busy_file_after_a_failing_write_sends_the_rest_to_the_thread(
+    tmp_path: Path,
+) -> None:
+    """A failing write rolls its batch back to run it again, write by write; if the file is
+    taken meanwhile (the caller's connection does not wait), the batch goes to the writer's
+    thread whole: the other writes are stored there, not failed with "database is locked"."""
+    async with SQLiteCheckpointer.from_conn_string(tmp_path / "i.db", inline_commits=True) as cp:
+        commits = _commits(cp)
+        await commits.submit(lambda c: c.execute("CREATE TABLE t (x INTEGER PRIMARY KEY)"))
+        real = commits._inline
+        assert real is not None
+
+        class TakenOnRetry:  # the second BEGIN finds the file taken by another process
+            begins = 0
+
+            def execute(self, statement: str, *args: Any) -> Any:
+                if statement == "BEGIN IMMEDIATE":
+                    self.begins += 1
+                    if self.begins == 2:
+                        raise sqlite3.OperationalError("database is locked")
+                return real.execute(statement, *args)
+
+            @property
+            def in_transaction(self) -> bool:
+                return real.in_transaction
+
+        def insert(n: int) -> Callable[[sqlite3.Connection], int]:
+            return lambda c: c.execute("INSERT INTO t VALUES (?)", (n,)).rowcount
+
+        def broken(c: sqlite3.Connection) -> None:
+            c.execute("INSERT INTO t VALUES (99)")
+            raise RuntimeError("this write fails")
+
+        commits._inline = TakenOnRetry()  # type: ignore[assignment]
+        try:
+            results = await asyncio.gather(
+                *(commits.submit(op, light=True) for op in (insert(1), broken, insert(2))),
+                return_exceptions=True)
+        finally:
+            commits._inline = real
+        assert results[0] == 1 and results[2] == 1, results
+        assert isinstance(results[1], RuntimeError)
+        rows = await commits.submit(lambda c: c.execute("SELECT x FROM t").fetchall())
+        assert sorted(r[0] for r in rows) == [1, 2]
+
+
 def test_many_threads_writing_one_store_at_once(tmp_path: Path) -> None:
     """Four threads, each with its own event loop, run graph turns on one checkpointer at
     once: batches meet on the caller-thread connection and on the writer's thread, and every
@@ -249,6 +295,8 @@ async def test_off_by_default_and_a_refused_call_goes_to_the_thread(tmp_path: Pa
         commits = _commits(cp)
 
         class Refusing:
+            in_transaction = False
+
             def execute(self, *args: Any) -> Any:
                 raise RuntimeError("blocking call refused in the event loop")
 

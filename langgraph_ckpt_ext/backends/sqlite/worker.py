@@ -240,10 +240,17 @@ class GroupCommit:
 
     def _run_here(self, conn: sqlite3.Connection,
                   batch: list[tuple[Op, asyncio.Future[Any], bool]]) -> list[_Outcome] | None:
+        """The batch's outcomes; None if it could not begin (the file busy: no busy timeout
+        here; or a call refused), nothing of it done."""
         try:
-            return _transaction(conn, batch, self._timed)
-        except BaseException:  # BEGIN: the file is busy (no busy timeout here), or refused
-            return None
+            outcomes = _transaction(conn, batch, self._timed)
+        except BaseException:
+            outcomes = None
+        if conn.in_transaction:  # could not even roll back: this connection is done for
+            self._inline = None
+            with contextlib.suppress(BaseException):
+                conn.close()
+        return outcomes
 
     def close_inline(self) -> None:
         """Close the caller-thread connection (waiting for a batch on it); later batches go
@@ -298,7 +305,9 @@ class GroupCommit:
             return []
         try:
             return _transaction(self._db.sqlite(), batch, self._timed)
-        except BaseException as exc:  # closed, or BEGIN failed past the busy timeout
+        except _NotBegun as exc:  # BEGIN failed past the busy timeout
+            return [(fut, None, exc.cause) for _, fut, _ in batch]
+        except BaseException as exc:  # closed
             return [(fut, None, exc) for _, fut, _ in batch]
 
 
@@ -320,12 +329,30 @@ def _answer_all(outcomes: list[_Outcome]) -> None:
             loop.call_soon_threadsafe(_settle_all, answers)
 
 
+class _NotBegun(Exception):
+    """BEGIN failed (`cause`): nothing of the batch is done, it may run again elsewhere."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _begin(conn: sqlite3.Connection) -> None:
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except BaseException as exc:
+        raise _NotBegun(exc) from exc
+
+
 def _transaction(conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any], bool]],
                  timed: Callable[[float], None]) -> list[_Outcome]:
-    """The batch in one transaction; raises only if BEGIN does (nothing done then)."""
-    conn.execute("BEGIN IMMEDIATE")
+    """The batch in one transaction; raises `_NotBegun` only, if a BEGIN failed (the first, or
+    the one after a failing op rolled the batch back): nothing of the batch done then."""
+    _begin(conn)
     try:
         return _run(conn, batch, timed)
+    except _NotBegun:
+        raise
     except BaseException as exc:  # answered, never left waiting
         _abandon(conn)
         return [(fut, None, exc) for _, fut, _ in batch]
@@ -346,10 +373,7 @@ def _run(conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any], bo
             conn.execute("ROLLBACK")
         if len(batch) == 1 or not isinstance(exc, Exception):
             return [(fut, None, exc) for _, fut, _ in batch]
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except BaseException as again:
-            return [(fut, None, again) for _, fut, _ in batch]
+        _begin(conn)
         outcomes = [_in_savepoint(conn, op, fut) for op, fut, _ in batch]
     try:
         start, cpu = time.perf_counter(), time.thread_time()
@@ -364,7 +388,7 @@ def _run(conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any], bo
 
 def _abandon(conn: sqlite3.Connection) -> None:
     """Roll back what a failed batch left open, so that the next batch can begin."""
-    with contextlib.suppress(sqlite3.Error):
+    with contextlib.suppress(Exception):
         if conn.in_transaction:
             conn.execute("ROLLBACK")
 
