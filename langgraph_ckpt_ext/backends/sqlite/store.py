@@ -327,7 +327,6 @@ class SQLiteStore:
                  inline: sqlite3.Connection | None = None) -> None:
         self._writer = Db(writer)
         self._reader = Db(reader) if reader is not None else self._writer
-        self._inline = inline  # light writes on the caller's thread (`GroupCommit`)
         self._commits = GroupCommit(self._writer, inline)
         self.owns_connections = True
         self.clock: Callable[[], float] = time.time

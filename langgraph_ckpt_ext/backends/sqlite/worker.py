@@ -243,7 +243,7 @@ class GroupCommit:
         """The batch's outcomes; None if it could not begin (the file busy: no busy timeout
         here; or a call refused), nothing of it done."""
         try:
-            outcomes = _transaction(conn, batch, self._timed)
+            outcomes = _transaction(conn, batch, self._timer())
         except BaseException:
             outcomes = None
         if conn.in_transaction:  # could not even roll back: this connection is done for
@@ -259,6 +259,10 @@ class GroupCommit:
             conn, self._inline = self._inline, None
         if conn is not None:
             conn.close()
+
+    def _timer(self) -> Callable[[float], None] | None:
+        """What hears a commit's wait: nothing while no caller-thread connection is open."""
+        return self._timed if self._inline is not None else None
 
     def _timed(self, seconds: float) -> None:
         self._waits.append(seconds)
@@ -304,7 +308,7 @@ class GroupCommit:
         if not batch:
             return []
         try:
-            return _transaction(self._db.sqlite(), batch, self._timed)
+            return _transaction(self._db.sqlite(), batch, self._timer())
         except _NotBegun as exc:  # BEGIN failed past the busy timeout
             return [(fut, None, exc.cause) for _, fut, _ in batch]
         except BaseException as exc:  # closed
@@ -345,7 +349,7 @@ def _begin(conn: sqlite3.Connection) -> None:
 
 
 def _transaction(conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any], bool]],
-                 timed: Callable[[float], None]) -> list[_Outcome]:
+                 timed: Callable[[float], None] | None) -> list[_Outcome]:
     """The batch in one transaction; raises `_NotBegun` only, if a BEGIN failed (the first, or
     the one after a failing op rolled the batch back): nothing of the batch done then."""
     _begin(conn)
@@ -359,13 +363,14 @@ def _transaction(conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[
 
 
 def _run(conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any], bool]],
-         timed: Callable[[float], None]) -> list[_Outcome]:
+         timed: Callable[[float], None] | None) -> list[_Outcome]:
     """Run the batch in the transaction just begun and commit it: one failing op fails alone,
     a failed COMMIT fails them all. The ops run one after another as they are; should one
     fail, the transaction is rolled back and the batch run again with each op in a SAVEPOINT
     of its own, rolled back alone if it fails (an op only runs statements, so running it
     again gives what it would have given then). Two statements an op fewer while nothing
-    fails. `timed` hears how long the COMMIT waited (its time less its thread's CPU)."""
+    fails. `timed`, if any, hears how long the COMMIT waited (its time less its thread's CPU).
+    """
     try:
         outcomes: list[_Outcome] = [(fut, op(conn), None) for op, fut, _ in batch]
     except BaseException as exc:
@@ -376,9 +381,12 @@ def _run(conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.Future[Any], bo
         _begin(conn)
         outcomes = [_in_savepoint(conn, op, fut) for op, fut, _ in batch]
     try:
-        start, cpu = time.perf_counter(), time.thread_time()
-        conn.execute("COMMIT")
-        timed((time.perf_counter() - start) - (time.thread_time() - cpu))
+        if timed is None:
+            conn.execute("COMMIT")
+        else:
+            start, cpu = time.perf_counter(), time.thread_time()
+            conn.execute("COMMIT")
+            timed((time.perf_counter() - start) - (time.thread_time() - cpu))
     except BaseException as exc:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
