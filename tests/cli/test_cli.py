@@ -2,7 +2,9 @@
 stores that real compiled graphs wrote: SQLite files, PostgreSQL schemas and Redis key prefixes
 of their own. Text and JSON output, exit codes, dry runs, paused threads, tampering, bad input.
 
-Each subprocess costs about a second (the imports), so each test groups its checks."""
+A new `python -m langgraph_ckpt_ext` costs about a second (the imports): runs are forked from
+a process that imported the command line once (tests/support/cli_process.py); the console
+script itself is started whole where a test says so."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from langgraph_ckpt_ext.cli.output import Output, cell
 from langgraph_ckpt_ext.cli.selection import checkpoint_ref
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.migrations import SchemaChain
+from tests.support.cli_process import run_lgckpt
 from tests.support.common import conf
 from tests.support.graphs import approval_graph, chat_graph, human, subgraph_graph
 from tests.support.savers import PG_DSN, REDIS_URL, SaverHandle, open_saver, params
@@ -52,12 +55,15 @@ class Run:
 
 def lgckpt(*args: str, url: str | None = None, script: bool = False,
            env: dict[str, str] | None = None) -> Run:
-    """Run the command line; `url` goes after the command's arguments."""
-    cmd = [LGCKPT] if script else [sys.executable, "-m", "langgraph_ckpt_ext"]
+    """Run the command line in a process of its own (`script`: the console script, started
+    whole; else forked from a process that imported it once); `url` goes after the
+    command's arguments."""
     full_env = {k: v for k, v in os.environ.items() if k not in ("LGCKPT_URL", "NO_COLOR")}
     full_env.update(env or {})
-    tail = ["--url", url] if url is not None else []
-    done = subprocess.run([*cmd, *args, *tail], capture_output=True, text=True, timeout=120,
+    argv = [*args, *(["--url", url] if url is not None else [])]
+    if not script:
+        return Run(*run_lgckpt(argv, env=full_env, cwd=REPO))
+    done = subprocess.run([LGCKPT, *argv], capture_output=True, text=True, timeout=120,
                           env=full_env, cwd=REPO)
     return Run(done.returncode, done.stdout, done.stderr)
 

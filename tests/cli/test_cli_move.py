@@ -19,6 +19,7 @@ import pytest
 
 from langgraph_ckpt_ext import SQLiteCheckpointer, connect
 from langgraph_ckpt_ext.transfer import diff_thread, thread_ids, thread_tuples
+from tests.support.cli_process import run_lgckpt
 from tests.support.graphs import chat_graph, human
 from tests.support.savers import (
     PG_DSN,
@@ -44,10 +45,9 @@ class Run:
 
 
 def lgckpt(*args: str, stdin: str | None = None) -> Run:
+    """`lgckpt ARGS` in a process of its own, forked from one that imported it once."""
     env = {k: v for k, v in os.environ.items() if k != "LGCKPT_URL"}
-    done = subprocess.run([sys.executable, "-m", "langgraph_ckpt_ext", *args], input=stdin,
-                          capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
-    return Run(done.returncode, done.stdout, done.stderr)
+    return Run(*run_lgckpt(list(args), env=env, cwd=REPO, stdin=stdin))
 
 
 def _one_line_error(run: Run, code: int, *needles: str) -> None:

@@ -30,6 +30,7 @@ from langgraph_ckpt_ext import SQLiteCheckpointer
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "langgraph_server"
 LANGGRAPH = Path(sys.executable).with_name("langgraph")
 START_DEADLINE = 90.0  # seconds for /ok to answer (imports and graph loading, on a busy box)
+RUN_DEADLINE = 120.0  # seconds for a run of these tiny graphs to end, on a busy box
 
 
 def _free_port() -> int:
@@ -74,6 +75,19 @@ class DevServer:
                 self.proc.wait(timeout=0.2)
         pytest.fail(f"langgraph dev did not answer /ok in {START_DEADLINE:.0f} s:\n"
                     f"{self.tail()}")
+
+    def run(self, client: Any, thread_id: str, assistant: str, **kwargs: Any) -> Any:
+        """`client.runs.wait` under a deadline: a run that never ends fails the test with the
+        server's log instead of hanging the suite (`runs.wait` itself has none)."""
+        run_id = client.runs.create(thread_id, assistant, **kwargs)["run_id"]
+        deadline = time.monotonic() + RUN_DEADLINE
+        while (status := client.runs.get(thread_id, run_id)["status"]) in ("pending", "running"):
+            if time.monotonic() > deadline:
+                pytest.fail(f"run {run_id} still {status} after {RUN_DEADLINE:.0f} s:\n"
+                            f"{self.tail()}")
+            time.sleep(0.05)  # the poll interval, under a deadline
+        assert status != "error", f"run {run_id} failed:\n{self.tail()}"
+        return client.runs.join(thread_id, run_id)
 
     def tail(self, lines: int = 60) -> str:
         text = self.log.read_text(errors="replace") if self.log.exists() else "(no log)"
@@ -132,13 +146,13 @@ def test_langgraph_dev_runs_on_our_checkpointer_and_survives_a_restart(
 
     thread = client.threads.create()
     tid = thread["thread_id"]
-    client.runs.wait(tid, "agent", input={"topic": "otters", "log": []})
+    server.run(client, tid, "agent", input={"topic": "otters", "log": []})
     paused = client.threads.get_state(tid)
     assert paused["next"] == ["review"], paused
     [interrupt] = paused["tasks"][0]["interrupts"]
     assert interrupt["value"] == {"question": "publish?", "draft": "draft about otters"}
 
-    client.runs.wait(tid, "agent", command={"resume": "yes"})
+    server.run(client, tid, "agent", command={"resume": "yes"})
     done = client.threads.get_state(tid)
     assert done["next"] == []
     assert done["values"]["log"] == ["draft about otters", "review: yes", "published"]
@@ -175,7 +189,7 @@ def test_langgraph_dev_runs_on_our_checkpointer_and_survives_a_restart(
     assert _stored(db, dropped) == []
 
     # the thread goes on after the restart: a new run on it reads its old state
-    client.runs.wait(tid, "agent", input={"topic": "seals", "log": []})
+    server.run(client, tid, "agent", input={"topic": "seals", "log": []})
     assert client.threads.get_state(tid)["values"]["log"][:4] == [
         *done["values"]["log"], "draft about seals"]
 
@@ -229,8 +243,8 @@ def test_a_state_class_listed_in_serde_comes_back_as_itself(server: DevServer) -
     server.start()
     client = get_sync_client(url=server.url)
     tid = client.threads.create()["thread_id"]
-    client.runs.wait(tid, "plan", input={})
-    done = client.runs.wait(tid, "plan", command={"resume": True})
+    server.run(client, tid, "plan", input={})
+    done = server.run(client, tid, "plan", command={"resume": True})
     assert done == {"plan": {"steps": ["look", "leap"]}, "kind": "Plan"}, server.tail()
 
 
@@ -280,7 +294,7 @@ def test_a_rolled_back_run_leaves_no_checkpoint(server: DevServer, tmp_path: Pat
     tid = client.threads.create()["thread_id"]
     released = tmp_path / "released"
     released.touch()
-    first = client.runs.wait(tid, "wait", input={"release": str(released), "done": False})
+    first = server.run(client, tid, "wait", input={"release": str(released), "done": False})
     assert first["done"] is True
     kept = _runs_stored(db, tid)
     held = client.runs.create(tid, "wait", input={"release": str(tmp_path / "never"),
