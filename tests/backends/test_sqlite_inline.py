@@ -320,3 +320,23 @@ async def test_closing_waits_for_a_batch_and_sends_later_writes_to_the_thread(
         seen: list[int] = []
         await commits.submit(_where(seen), light=True)
         assert seen[-1] != threading.get_ident()
+
+
+async def test_a_large_write_batch_goes_to_the_writers_thread(tmp_path: Path) -> None:
+    """A step's put and its writes as one batch commit on the caller's thread; a batch of
+    more items (a smart buffer's flush) runs on the writer's thread; both are stored whole."""
+    from tests.core.test_write_batch import Encoder
+
+    async with SQLiteCheckpointer.from_conn_string(tmp_path / "i.db", inline_commits=True) as cp:
+        commits, store = _commits(cp), cp._store  # type: ignore[attr-defined]
+        enc = Encoder(cp, "t")
+        small = [enc.checkpoint({"a": 1})]
+        small.append(enc.writes([("a", 2)], "task-1"))
+        before = commits.inline_batches
+        await store.write_batch(small)
+        assert commits.inline_batches == before + 1
+        large = [enc.checkpoint({"a": i}) for i in range(8)]
+        await store.write_batch(large)
+        assert commits.inline_batches == before + 1  # not on the caller's thread
+    with SQLiteCheckpointer(tmp_path / "i.db") as fresh:
+        assert len(list(fresh.list(cfg("t")))) == 9

@@ -53,6 +53,10 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]
         yield items[i : i + size]
 
 
+# A batch of at most this many items (a step's put and its writes) counts as light; a larger one
+# (a smart buffer's flush) runs on the connection's thread even with `inline_commits`, so that
+# its statements do not hold up the caller's event loop.
+_LIGHT_BATCH = 4
 _ROWS = 64  # rows per multi-row INSERT (at most 9 parameters a row: under SQLite's 999)
 
 
@@ -425,7 +429,8 @@ class SQLiteStore:
             _wrote(conn, threads, now)
             return out
 
-        return await self._commits.submit(op, light=True)  # type: ignore[no-any-return]
+        return await self._commits.submit(  # type: ignore[no-any-return]
+            op, light=len(batch) <= _LIGHT_BATCH)
 
     async def write_writes(self, rows: Sequence[WriteRow], guard: Guard | None = None) -> None:
         if not rows:
