@@ -310,6 +310,36 @@ def test_readers_never_see_half_a_checkpoint(make_redis: Any) -> None:
     assert len(seen) > 10 and seen == sorted(seen)
 
 
+async def test_calls_cancelled_mid_flight_leave_no_reply_behind() -> None:
+    """Reads and writes cancelled at every point of their round trip (sending, waiting for
+    the reply, reading it): the connection they held is dropped, not handed back with a reply
+    unread, so no later call on the pool reads another call's answer."""
+    prefix = redis_prefix()
+    try:
+        async with RedisCheckpointer.from_conn_string(REDIS_URL, key_prefix=prefix) as cp:
+            heads = {}
+            for thread in ("a", "b"):
+                ckpt = empty_checkpoint()
+                ckpt["channel_values"] = {"who": thread}
+                ckpt["channel_versions"] = {"who": 1}
+                heads[thread] = await cp.aput(cfg(thread, checkpoint_ns=""), ckpt,
+                                              {"source": "loop", "step": 0}, {"who": 1})
+            for i in range(300):
+                call = (cp.aget_tuple(cfg("a")) if i % 2 else
+                        cp.aput_writes(heads["a"], [("who", i)], f"task-{i}"))
+                task = asyncio.ensure_future(call)
+                for _ in range(i % 7):  # cancelled after 0 to 6 turns of the loop
+                    await asyncio.sleep(0)
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                tup = await cp.aget_tuple(cfg("b"))
+                assert tup is not None and tup.checkpoint["channel_values"] == {"who": "b"}, i
+                assert tup.config["configurable"]["thread_id"] == "b"
+    finally:
+        drop_redis_prefixes(prefix)
+
+
 async def test_server_that_goes_away_then_comes_back() -> None:
     with redis_server("--appendonly", "yes", "--appendfsync", "always") as server:
         async with RedisCheckpointer.from_conn_string(server.url, key_prefix="t") as cp:
