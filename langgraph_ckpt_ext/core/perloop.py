@@ -20,6 +20,14 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, or None (not an error) outside any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class PerLoop(Generic[T]):
     """Clients keyed by event loop: opened on demand, given by the caller, or both.
 

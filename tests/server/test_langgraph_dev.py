@@ -80,13 +80,9 @@ class DevServer:
         """`client.runs.wait` under a deadline: a run that never ends fails the test with the
         server's log instead of hanging the suite (`runs.wait` itself has none)."""
         run_id = client.runs.create(thread_id, assistant, **kwargs)["run_id"]
-        deadline = time.monotonic() + RUN_DEADLINE
-        while (status := client.runs.get(thread_id, run_id)["status"]) in ("pending", "running"):
-            if time.monotonic() > deadline:
-                pytest.fail(f"run {run_id} still {status} after {RUN_DEADLINE:.0f} s:\n"
-                            f"{self.tail()}")
-            time.sleep(0.05)  # the poll interval, under a deadline
-        assert status != "error", f"run {run_id} failed:\n{self.tail()}"
+        _poll(lambda: client.runs.get(thread_id, run_id)["status"] not in ("pending", "running"),
+              self, RUN_DEADLINE)
+        assert client.runs.get(thread_id, run_id)["status"] != "error", self.tail()
         return client.runs.join(thread_id, run_id)
 
     def tail(self, lines: int = 60) -> str:

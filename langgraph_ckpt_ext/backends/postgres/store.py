@@ -21,7 +21,7 @@ from ...core.errors import (
     check_storage_version,
 )
 from ...core.guard import Guard, LeaseRow, put_refusal, writes_refusal
-from ...core.perloop import PerLoop
+from ...core.perloop import PerLoop, running_loop
 from ...core.retention import LifecycleEvent, ThreadState
 from ...core.rows import (
     AuditSwitch,
@@ -142,11 +142,7 @@ class PostgresStore:
             lambda pool: pool.terminate(),
         )
         if pool is not None:
-            try:
-                loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-            except RuntimeError:
-                loop = None
-            self._pools.give(loop, pool)
+            self._pools.give(running_loop(), pool)
         # A replica that does not answer is left out quickly: reads go to the primary.
         replica_options = {**self._options, "timeout": min(
             float(self._options.get("timeout", 5.0)), 5.0)}

@@ -44,6 +44,8 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
+from ...core.perloop import running_loop
+
 T = TypeVar("T")
 Op = Callable[[sqlite3.Connection], Any]
 
@@ -136,13 +138,6 @@ def _answer(fut: asyncio.Future[Any], result: Any, error: BaseException | None) 
     waiting (it raises RuntimeError), and must not take the thread down with it."""
     with contextlib.suppress(RuntimeError):
         fut.get_loop().call_soon_threadsafe(_settle, fut, result, error)
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def _settle_all(outcomes: list[_Outcome]) -> None:
@@ -324,7 +319,7 @@ def _answer_all(outcomes: list[_Outcome]) -> None:
     by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
     for outcome in outcomes:
         by_loop.setdefault(outcome[0].get_loop(), []).append(outcome)
-    here = _running_loop()
+    here = running_loop()
     for loop, answers in by_loop.items():
         if loop is here:  # committed on this loop's own thread: no wake-up needed
             _settle_all(answers)
