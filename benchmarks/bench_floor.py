@@ -14,6 +14,13 @@ with `durability="exit"` (one save per run). Every other line stores every check
   official-sqlite  AsyncSqliteSaver (SQLite's default, synchronous=FULL)
   ours-postgres    PostgresCheckpointer over loopback (--dsn)
   ours-redis       RedisCheckpointer (--redis-url)
+  bound-sqlite, bound-sqlite-thread, bound-postgres, bound-redis (named in --lines)
+                   the least any durable checkpointer can cost on that store
+                   (`floor_bounds.py`): InMemorySaver plus one statement with its commit
+                   per call, nothing more; not a checkpointer, a line under which none goes
+  bound-none-free, bound-sqlite-free, bound-postgres-free, bound-redis-free
+                   the same without serialization (references held, only keys stored):
+                   LangGraph's calls alone, then with one commit per call
 
 Each round runs every line once, in an order rotated per round, on a fresh store: THREADS
 threads x TURNS turns, at concurrency 1 (threads one after another) and 16 (up to 16 turns of
@@ -58,6 +65,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import callgrind
+import floor_bounds
 from bench_backends import build_graph, normalize, question, thread_config
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
@@ -67,8 +75,19 @@ from langgraph_ckpt_ext import InMemoryCheckpointer
 
 LINES = ("floor", "official-memory", "ours-memory", "ours-sqlite", "ours-sqlite-inline",
          "official-sqlite", "ours-postgres", "ours-redis")
+BOUNDS = ("bound-none-free", "bound-sqlite-free", "bound-sqlite", "bound-sqlite-thread",
+          "bound-postgres-free", "bound-postgres", "bound-redis-free", "bound-redis")
+"""Run when named in `--lines` (not by default)."""
 GOALS = {"ours-sqlite": 0.8, "ours-postgres": 0.6, "ours-redis": 0.7}
 CPU_GOAL = {"ours-sqlite": 1.3}
+# The bounds measured against the goals of the lines they bound.
+for _bound, _ours in (("bound-sqlite", "ours-sqlite"), ("bound-sqlite-thread", "ours-sqlite"),
+                      ("bound-postgres", "ours-postgres"), ("bound-redis", "ours-redis"),
+                      ("bound-sqlite-free", "ours-sqlite"), ("bound-postgres-free", "ours-postgres"),
+                      ("bound-redis-free", "ours-redis")):
+    GOALS[_bound] = GOALS[_ours]
+    if _ours in CPU_GOAL:
+        CPU_GOAL[_bound] = CPU_GOAL[_ours]
 
 
 @contextlib.asynccontextmanager
@@ -79,6 +98,14 @@ async def opened(line: str, args: argparse.Namespace, tmp: Path) -> AsyncIterato
         yield InMemorySaver()
     elif line == "ours-memory":
         yield InMemoryCheckpointer()
+    elif line.startswith("bound-"):
+        kind = line.removeprefix("bound-").removesuffix("-free")
+        sink = await floor_bounds.open_sink(kind, path=tmp / f"{place}.db", dsn=args.dsn,
+                                            redis_url=args.redis_url, place=place)
+        try:
+            yield floor_bounds.BoundSaver(sink.sink, free=line.endswith("-free"))
+        finally:
+            await sink.close()
     elif line == "official-sqlite":
         async with AsyncSqliteSaver.from_conn_string(str(tmp / f"{place}.db")) as saver:
             yield saver
@@ -252,12 +279,14 @@ def main() -> None:
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")],
                    default=[1, 16])
     p.add_argument("--lines", type=lambda s: s.split(","), default=list(LINES))
-    p.add_argument("--profile", choices=LINES)
+    p.add_argument("--profile", choices=LINES + BOUNDS)
     p.add_argument("--instructions", action="store_true",
                    help="count instructions per turn under callgrind instead of timing")
     p.add_argument("--work", nargs=2, metavar=("LINE", "THREADS"), help=argparse.SUPPRESS)
     p.add_argument("--json", type=Path)
     args = p.parse_args()
+    if unknown := [x for x in args.lines if x not in LINES + BOUNDS]:
+        p.error(f"unknown lines {unknown}: choose among {', '.join(LINES + BOUNDS)}")
     args.count_turns = 15
     if args.work:
         asyncio.run(work(args.work[0], int(args.work[1]), args))

@@ -255,7 +255,10 @@ def draw_floor(floor: Json, outdir: Path) -> list[Path]:
     each concurrency, with issue 25's goals marked."""
     levels = [k for k in ("1", "16") if k in floor]
     lines = list(floor[levels[0]])
-    fig, axes = plotstyle.plt.subplots(1, 2, figsize=(11.5, 4.4), layout="constrained")
+    if len(lines) > 9:  # the bound lines too: one panel above the other
+        fig, axes = plotstyle.plt.subplots(2, 1, figsize=(12, 8.5), layout="constrained")
+    else:
+        fig, axes = plotstyle.plt.subplots(1, 2, figsize=(11.5, 4.4), layout="constrained")
     width = 0.38
     for ax, key, label in ((axes[0], "turns_x", "turns/s, x the floor's (higher is better)"),
                            (axes[1], "cpu_x", "CPU per turn, x the floor's (lower is better)")):

@@ -21,6 +21,7 @@ COLOURS = {
     "ours": "#1f5fbf",
     "official": "#e07b00",
     "plainredis": "#8c8c8c",
+    "bound": "#2a9d8f",  # bench_floor's lower bounds, not checkpointers
 }
 
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
@@ -105,3 +108,67 @@ def test_bench_floor_smoke(tmp_path: Path) -> None:
                    for row in floor[level].values())
     written = draw_floor({**floor, "16": floor["4"]}, tmp_path)
     assert (tmp_path / "floor.png").read_bytes().startswith(b"\x89PNG") and len(written) == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+@pytest.mark.parametrize("kind", ["sqlite", "sqlite-thread", "postgres", "redis"])
+@pytest.mark.parametrize("free", [False, True], ids=["bytes", "free"])
+async def test_floor_bounds_store_every_call(tmp_path: Path, kind: str, free: bool) -> None:
+    """The `bound-*` lines of bench_floor really store: one row or key per `aput` and
+    `aput_writes` call, holding the bytes LangGraph's serializer made (only the key with
+    `-free`), durable before the call returns; and the graph's state is the floor's."""
+    import sqlite3
+
+    import asyncpg
+    import redis.asyncio as aioredis
+    from bench_backends import build_graph, normalize, question, thread_config
+    from floor_bounds import BoundSaver, open_sink
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from tests.support.savers import PG_DSN, REDIS_URL, require
+
+    if kind in ("postgres", "redis"):
+        require(kind)
+    place = f"lgxbound_{uuid.uuid4().hex[:10]}"
+    path = tmp_path / "bound.db"
+    sink = await open_sink(kind, path=path, dsn=PG_DSN, redis_url=REDIS_URL, place=place)
+    calls = 0
+
+    async def counted(key: str, value: bytes) -> None:
+        nonlocal calls
+        calls += 1
+        assert bool(value) is not free  # the serialized bytes, or only the key
+        await sink.sink(key, value)
+
+    try:
+        saver, floor = BoundSaver(counted, free=free), InMemorySaver()
+        graph, reference = build_graph(saver), build_graph(floor)
+        for k in range(3):
+            for g, durability in ((graph, "async"), (reference, "exit")):
+                await g.ainvoke({"messages": [question("t", k)]}, thread_config("t"),
+                                durability=durability)
+        assert normalize((await graph.aget_state(thread_config("t"))).values) == normalize(
+            (await reference.aget_state(thread_config("t"))).values)
+        assert calls >= 3 * 5  # five checkpoints a turn at least, and the tasks' writes
+        if kind.startswith("sqlite"):
+            with sqlite3.connect(path) as conn:  # another connection: what is on disk
+                stored = conn.execute("SELECT count(*), sum(length(v)) FROM r").fetchone()
+        elif kind == "postgres":
+            conn = await asyncpg.connect(PG_DSN)
+            try:
+                stored = tuple(await conn.fetchrow(
+                    f'SELECT count(*), sum(length(v)) FROM "{place}"'))
+            finally:
+                await conn.close()
+        else:
+            client = aioredis.from_url(REDIS_URL)
+            try:
+                keys = [k async for k in client.scan_iter(match=f"{place}:*")]
+                stored = (len(keys), sum([await client.strlen(k) for k in keys]))
+            finally:
+                await client.aclose()
+        assert stored[0] == calls
+        assert (stored[1] or 0) == 0 if free else stored[1] > 1000
+    finally:
+        await sink.close()
