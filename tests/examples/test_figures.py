@@ -172,3 +172,29 @@ async def test_floor_bounds_store_every_call(tmp_path: Path, kind: str, free: bo
         assert (stored[1] or 0) == 0 if free else stored[1] > 1000
     finally:
         await sink.close()
+
+
+def test_bench_saver_calls_smoke(tmp_path: Path) -> None:
+    """bench_saver_calls at a smoke size: LangGraph's calls recorded (five puts, four writes,
+    one read a turn for this agent), replayed into each line, its JSON holding every line's
+    time per kind of call and its CPU, and `--split` timing our functions in our lines only."""
+    results = tmp_path / "calls.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_saver_calls.py"), "--threads", "2", "--turns", "3",
+         "--rounds", "1", "--split", "--lines", "official-memory,ours-memory,ours-sqlite",
+         "--json", str(results)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = json.loads(results.read_text())
+    assert out["calls_per_turn"] == {"aput": 5.0, "aput_writes": 4.0, "aget_tuple": 1.0}
+    assert list(out["lines"]) == ["official-memory", "ours-memory", "ours-sqlite"]
+    for line, row in out["lines"].items():
+        assert all(v > 0 for v in row["inside_us"].values()) and row["cpu_us"] > 0
+        assert bool(row["split_us"]) is line.startswith("ours-")
+    assert out["lines"]["ours-sqlite"]["split_us"]["chunk_mark"] > 0
+    assert out["lines"]["ours-memory"]["other_threads_us"] < out["lines"]["ours-sqlite"][
+        "other_threads_us"]  # SQLite's connection threads do its statements
+    bad = subprocess.run([sys.executable, str(BENCH / "bench_saver_calls.py"), "--lines",
+                          "floor"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "unknown lines ['floor']" in bad.stderr
