@@ -80,14 +80,15 @@ BOUNDS = ("bound-none-free", "bound-sqlite-free", "bound-sqlite", "bound-sqlite-
 """Run when named in `--lines` (not by default)."""
 GOALS = {"ours-sqlite": 0.8, "ours-postgres": 0.6, "ours-redis": 0.7}
 CPU_GOAL = {"ours-sqlite": 1.3}
-# The bounds measured against the goals of the lines they bound.
-for _bound, _ours in (("bound-sqlite", "ours-sqlite"), ("bound-sqlite-thread", "ours-sqlite"),
-                      ("bound-postgres", "ours-postgres"), ("bound-redis", "ours-redis"),
-                      ("bound-sqlite-free", "ours-sqlite"), ("bound-postgres-free", "ours-postgres"),
-                      ("bound-redis-free", "ours-redis")):
-    GOALS[_bound] = GOALS[_ours]
-    if _ours in CPU_GOAL:
-        CPU_GOAL[_bound] = CPU_GOAL[_ours]
+
+
+def goals_of(line: str) -> tuple[float | None, float | None]:
+    """(turns/s goal, CPU goal) of `line`, as multiples of the floor; a bound is held to the
+    goals of our line on its store (`bound-sqlite-thread` to `ours-sqlite`'s)."""
+    if line.startswith("bound-"):
+        store = line.removeprefix("bound-").removesuffix("-free").removesuffix("-thread")
+        line = f"ours-{store}"
+    return GOALS.get(line), CPU_GOAL.get(line)
 
 
 @contextlib.asynccontextmanager
@@ -317,10 +318,10 @@ def main() -> None:
             lo, hi = row["turns_x_range"]
             print(f"{line:<19} {row['turns_per_s']:>8.1f} {row['turns_x']:>8.2f} "
                   f"{lo:>6.2f}-{hi:.2f} {row['cpu_ms']:>11.2f} {row['cpu_x']:>8.2f}")
-        for line, goal in GOALS.items():
-            if line in rows:
-                x, cx = rows[line]["turns_x"], rows[line]["cpu_x"]
-                cpu_goal = CPU_GOAL.get(line)
+        for line, row in rows.items():
+            goal, cpu_goal = goals_of(line)
+            if goal is not None:
+                x, cx = row["turns_x"], row["cpu_x"]
                 cpu_part = (f"; CPU {cx:.2f}x (goal <= {cpu_goal}: "
                             f"{'met' if cx <= cpu_goal else 'NOT met'})" if cpu_goal else "")
                 print(f"  {line}: {x:.2f} of the floor (goal >= {goal}: "

@@ -26,7 +26,7 @@ SERVER_MARKS = ("postgres", "redis")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Skip a test marked for a server that does not answer (probed once per process). The
+    """Stop a test marked for a server that does not answer (probed once per process). The
     factory checks that a test which opens a server's storage carries its marker."""
     marks = {m.name for m in item.iter_markers()}
     set_current_marks(marks)

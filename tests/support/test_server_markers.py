@@ -1,5 +1,5 @@
 """The `postgres` and `redis` markers: with the servers pointed at a dead port, the tests that
-need them are skipped, with the reason, and the others still run."""
+need them fail with the reason (skipped only where a run opts out), and the others still run."""
 
 from __future__ import annotations
 
@@ -24,11 +24,15 @@ def _dead_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _run_on_dead_ports(required: bool) -> tuple[subprocess.CompletedProcess[str], int, int]:
+def _run_on_dead_ports(servers: str) -> tuple[subprocess.CompletedProcess[str], int, int]:
+    """The target run with both servers on dead ports, `LGCKPT_TEST_SERVERS=servers` ("":
+    not set)."""
     pg, rd = _dead_port(), _dead_port()
     env = {**os.environ, "LGCKPT_TEST_PG_DSN": f"postgresql://postgres@127.0.0.1:{pg}/test",
-           "LGCKPT_TEST_REDIS_URL": f"redis://127.0.0.1:{rd}/0",
-           "LGCKPT_TEST_SERVERS": "required" if required else ""}
+           "LGCKPT_TEST_REDIS_URL": f"redis://127.0.0.1:{rd}/0"}
+    env.pop("LGCKPT_TEST_SERVERS", None)
+    if servers:
+        env["LGCKPT_TEST_SERVERS"] = servers
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs",
          "-q", TARGET],
@@ -36,8 +40,8 @@ def _run_on_dead_ports(required: bool) -> tuple[subprocess.CompletedProcess[str]
     return run, pg, rd
 
 
-def test_marked_tests_skip_with_the_reason_when_the_servers_are_down() -> None:
-    run, pg, rd = _run_on_dead_ports(required=False)
+def test_marked_tests_skip_with_the_reason_when_a_run_opts_out() -> None:
+    run, pg, rd = _run_on_dead_ports("optional")
     out = run.stdout
     assert run.returncode == 0, out + run.stderr
     assert "2 passed, 2 skipped" in out, out  # memory and sqlite ran
@@ -48,13 +52,26 @@ def test_marked_tests_skip_with_the_reason_when_the_servers_are_down() -> None:
 def test_a_run_that_requires_the_servers_fails_instead_of_skipping() -> None:
     """`scripts/test.sh` (and so CI) sets LGCKPT_TEST_SERVERS=required: there a server that is
     down fails its tests, with the reason, so that the suite never passes by skipping them."""
-    run, pg, rd = _run_on_dead_ports(required=True)
+    run, pg, rd = _run_on_dead_ports("required")
     out = run.stdout
     assert run.returncode == 1, out + run.stderr
     assert "2 passed, 2 errors" in out, out  # failed at setup, with the reason
     assert "skipped" not in out, out
     assert f"PostgreSQL not reachable at 127.0.0.1:{pg}: " in out, out
     assert f"Redis not reachable at 127.0.0.1:{rd}: " in out, out
+
+
+def test_a_plain_run_fails_too_when_the_servers_are_down() -> None:
+    """Without LGCKPT_TEST_SERVERS (a plain `pytest`), a server that is down fails its tests
+    as well: only an explicit `optional` skips them."""
+    run, pg, rd = _run_on_dead_ports("")
+    out = run.stdout
+    assert run.returncode == 1, out + run.stderr
+    assert "2 passed, 2 errors" in out, out
+    assert "skipped" not in out, out
+    assert f"PostgreSQL not reachable at 127.0.0.1:{pg}: " in out, out
+    assert f"Redis not reachable at 127.0.0.1:{rd}: " in out, out
+    assert "LGCKPT_TEST_SERVERS=optional" in out, out
 
 
 def test_params_carry_the_servers_they_need() -> None:
