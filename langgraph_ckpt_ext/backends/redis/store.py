@@ -1360,7 +1360,7 @@ def _sentinel_client(url: SentinelURL, options: dict[str, Any]) -> Client:
     own = {k: kwargs.pop(k) for k in SENTINEL_OPTIONS if k in kwargs}
     sentinel_kwargs = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
     sentinel_kwargs.update({k.removeprefix("sentinel_"): v for k, v in own.items()})
-    manager = Sentinel(list(url.sentinels), sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
+    manager = Sentinel(list(url.sentinels), sentinel_kwargs=sentinel_kwargs)
     return manager.master_for(url.service, db=url.db, username=url.username,
                               password=url.password, **kwargs)
 
@@ -1410,7 +1410,7 @@ def _clone_sentinel(pool: SentinelConnectionPool) -> Client:
     manager = pool.sentinel_manager
     where = [(s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"])
              for s in manager.sentinels]
-    copy = Sentinel(  # type: ignore[no-untyped-call]
+    copy = Sentinel(
         where, min_other_sentinels=manager.min_other_sentinels,
         sentinel_kwargs=manager.sentinel_kwargs)
     kwargs = {k: v for k, v in pool.connection_kwargs.items() if k != "connection_pool"}
