@@ -27,6 +27,7 @@ from langgraph.types import Command
 from langgraph_ckpt_ext import PostgresCheckpointer
 from langgraph_ckpt_ext.backends.postgres.migrations import LATEST, MIGRATIONS
 from tests.support import writers as worker
+from tests.support.lifecycle import later_id
 from tests.support.savers import PG_DSN, drop_pg_schemas, pg_schema
 from tests.support.writers import Target, Workers, assert_one_chain, race_graph, take
 
@@ -128,7 +129,7 @@ def test_a_put_racing_delete_thread_never_outlives_it(
         proc = workers.start(worker.put_racing_delete, Target("postgres", schema), "del",
                              rounds, barrier, out)
         seen = []
-        for round_ in range(rounds):
+        for _ in range(rounds):
             barrier.wait(30)
             cp.delete_thread("del")
             _, outcome = out.get(timeout=60)
@@ -138,7 +139,7 @@ def test_a_put_racing_delete_thread_never_outlives_it(
             # the thread again, for the next round: a direct first put (a graph run here would
             # meet LangGraph's pending writes sent before their checkpoint: see the report)
             cp.put({"configurable": {"thread_id": "del", "checkpoint_ns": ""}},
-                   {**empty_checkpoint(), "id": f"1f1fff{round_:02x}-1000-6000-8000-000000000000"},
+                   {**empty_checkpoint(), "id": later_id()},
                    {"source": "input", "step": -1}, {})
             barrier.wait(30)
         join(proc)

@@ -27,14 +27,14 @@ from langgraph.graph import END, START, StateGraph
 
 from langgraph_ckpt_ext import LeaseLostError, SQLiteCheckpointer, ThreadDeletedError
 from langgraph_ckpt_ext.backends.sqlite.migrations import LATEST, MIGRATIONS
-from tests.support.lifecycle import cfg
+from tests.support.lifecycle import cfg, later_id
 from tests.support.writers import (
-    LATE_ID,
     SPAWN,
     State,
     Target,
     Workers,
     assert_one_chain,
+    late_puts,
     late_worker,
     race_worker,
     take,
@@ -108,7 +108,7 @@ def test_a_late_put_from_another_process_after_delete_is_refused(
                                       "writes": ThreadDeletedError.__name__}
         assert joined(late) == 0
         assert list(cp.list(cfg("d"))) == [] and cp.thread_state("d") is None
-        assert cp.get_tuple(cfg("d", checkpoint_id=LATE_ID)) is None
+        assert not late_puts(cp, "d")
         graph.invoke({"log": ["again"]}, cfg("d"))  # a new run on the thread is welcome
         assert assert_one_chain(cp, "d") == 3
 
@@ -138,7 +138,7 @@ def test_a_stalled_lease_holder_is_fenced_off_when_it_wakes(
                                           "writes": LeaseLostError.__name__}
             assert joined(holder) == 0
             assert cp.get_tuple(cfg("s")).config["configurable"]["checkpoint_id"] == head
-        assert cp.get_tuple(cfg("s", checkpoint_id=LATE_ID)) is None
+        assert not late_puts(cp, "s")
         assert cp.get_tuple(cfg("s")).checkpoint["channel_values"]["log"][-2:] == [
             "taker", "step"]
         assert assert_one_chain(cp, "s") == 6
@@ -200,7 +200,7 @@ def test_storage_version_5_upgrades_in_place(tmp_path: Path) -> None:
         late = cp.get_tuple(cfg("t1"))
         cp.delete_thread("t1")
         with pytest.raises(ThreadDeletedError):
-            cp.put(late.config, {**late.checkpoint, "id": LATE_ID},
+            cp.put(late.config, {**late.checkpoint, "id": later_id()},
                    {"source": "loop", "step": 9}, {})
     with SQLiteCheckpointer(db) as cp:  # idempotent
         assert cp.setup() == LATEST

@@ -34,6 +34,7 @@ from langgraph_ckpt_ext.migrations import SchemaChain
 from tests.support.cli_process import run_lgckpt
 from tests.support.common import conf
 from tests.support.graphs import approval_graph, chat_graph, human, subgraph_graph
+from tests.support.lifecycle import later_id
 from tests.support.savers import PG_DSN, REDIS_URL, SaverHandle, open_saver, params
 from tests.support.schema_graphs import graph_v1, v1_message
 
@@ -279,7 +280,7 @@ def test_one_checkpoint_reference_everywhere(store: Store) -> None:
     assert diff["labels"] == [f"chat@{ids[3]}", f"user:42@{ids[0]}"]
     forked = lgckpt("fork", f"chat:{ids[2]}", "--to", "chat-2", "--json", url=url).json()
     assert (forked["source_thread_id"], forked["checkpoint_id"]) == ("chat", ids[2])
-    absent = "1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21"
+    absent = later_id()
     fails(lgckpt("show", f"chat:{absent}", url=url), 3, f"{absent!r} is not stored")
     # values read as JSON-like text, not Python reprs
     text = lgckpt("show", "approval", url=url).out
@@ -544,7 +545,7 @@ def test_url_forms_and_options(sqlite_store: Store, tmp_path: Path,
 def test_missing_threads_and_checkpoints(sqlite_store: Store) -> None:
     url = sqlite_store.url
     before = sqlite_store.snapshot()
-    absent = "1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21"
+    absent = later_id()
     fails(lgckpt("show", "chat", absent, url=url), 3, f"checkpoint {absent!r} is not stored")
     fails(lgckpt("history", "nobody", url=url), 3, "thread 'nobody' has no checkpoint")
     fails(lgckpt("diff", "chat", f"nobody:{absent}", url=url), 3, "is not stored")
@@ -576,7 +577,7 @@ def test_help_of_every_command(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_checkpoint_refs() -> None:
-    cid = "1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21"
+    cid = later_id()
     assert checkpoint_ref("t-1") == ("t-1", None)
     assert checkpoint_ref(f"t-1:{cid}") == ("t-1", cid)
     assert checkpoint_ref("user:42") == ("user:42", None)  # not a checkpoint id

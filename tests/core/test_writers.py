@@ -26,7 +26,7 @@ from langgraph_ckpt_ext import (
     ThreadDeletedError,
     ThreadLeasedError,
 )
-from tests.support.lifecycle import DAY, Clock, cfg
+from tests.support.lifecycle import DAY, Clock, cfg, later_id
 from tests.support.savers import SaverHandle, open_saver, params
 from tests.support.writers import assert_one_chain, async_race_graph, history, race, race_graph
 
@@ -116,7 +116,7 @@ def test_a_put_refused_stores_nothing(handle: SaverHandle) -> None:
     stale = cp.get_tuple(config)  # a run reads ...
     graph.invoke(Command(resume="yes"), config)  # ... another writes meanwhile
     before = len(history(cp, "n"))
-    ckpt = {**stale.checkpoint, "id": "1f1ffff0-0000-6000-8000-000000000000"}
+    ckpt = {**stale.checkpoint, "id": later_id()}
     with pytest.raises(ConcurrentWriteError) as info:
         cp.put(stale.config, ckpt, {"source": "loop", "step": 99}, {})
     assert info.value.thread_id == "n" and "another run" in str(info.value)
@@ -124,7 +124,7 @@ def test_a_put_refused_stores_nothing(handle: SaverHandle) -> None:
     assert cp.get_tuple(cfg("n", checkpoint_id=ckpt["id"])) is None
     # a batch holding the refused put stores none of its items
     fresh = cp.get_tuple(config)
-    ok = {**fresh.checkpoint, "id": "1f1ffff1-0000-6000-8000-000000000000"}
+    ok = {**fresh.checkpoint, "id": later_id()}
     with pytest.raises(ConcurrentWriteError):
         cp.put_batch([("put", fresh.config, ok, {"source": "loop", "step": 7}, {}),
                       ("put", stale.config, ckpt, {"source": "loop", "step": 99}, {})])
@@ -144,7 +144,7 @@ def test_puts_racing_from_many_threads_exactly_one_per_head(handle: SaverHandle)
 
         def put(i: int, read: Any = read, go: threading.Barrier = go,
                 round_: int = round_, won: list[int] = won) -> None:
-            ckpt = {**read.checkpoint, "id": f"1f1f{round_:04x}-{i:04x}-6000-8000-000000000000"}
+            ckpt = {**read.checkpoint, "id": later_id()}
             go.wait()
             try:
                 cp.put(read.config, ckpt, {"source": "loop", "step": 10 + round_}, {})
@@ -170,7 +170,7 @@ def test_delete_then_late_put_and_late_writes_refused_new_run_welcome(
     late = cp.get_tuple(config)  # a run read the thread before the delete
     cp.delete_thread("d")
     assert cp.tombstone("d") == clock.now
-    ckpt = {**late.checkpoint, "id": "1f1ffff2-0000-6000-8000-000000000000"}
+    ckpt = {**late.checkpoint, "id": later_id()}
     with pytest.raises(ThreadDeletedError):
         cp.put(late.config, ckpt, {"source": "loop", "step": 3}, {})
     with pytest.raises(ThreadDeletedError):
@@ -197,7 +197,7 @@ def test_expired_thread_leaves_a_tombstone(handle: SaverHandle) -> None:
     clock.advance(61)
     assert cp.sweep().deleted == ["x"]
     with pytest.raises(ThreadDeletedError):
-        cp.put(late.config, {**late.checkpoint, "id": "1f1ffff3-0000-6000-8000-000000000000"},
+        cp.put(late.config, {**late.checkpoint, "id": later_id()},
                {"source": "loop", "step": 3}, {})
 
 
@@ -210,7 +210,7 @@ def test_no_tombstones_when_turned_off(tmp_path: Path) -> None:
         late = cp.get_tuple(config)
         cp.delete_thread("d")
         assert cp.tombstone("d") is None
-        cp.put(late.config, {**late.checkpoint, "id": "1f1ffff4-0000-6000-8000-000000000000"},
+        cp.put(late.config, {**late.checkpoint, "id": later_id()},
                {"source": "loop", "step": 3}, {})  # brought back, as LangGraph's savers do
 
 
@@ -269,7 +269,7 @@ def test_stalled_holder_is_fenced_off_after_its_lease_expires(handle: SaverHandl
         stalled.renew()
     with pytest.raises(LeaseLostError):  # expired, nobody else yet: still refused
         cp.put(stalled.config(read.config),
-               {**read.checkpoint, "id": "1f1ffff5-0000-6000-8000-000000000000"},
+               {**read.checkpoint, "id": later_id()},
                {"source": "loop", "step": 5}, {})
     with cp.lease("s", ttl=10, keep_alive=False) as taker:
         graph.invoke(Command(resume="yes"), taker.config(config))

@@ -39,7 +39,7 @@ from langgraph_ckpt_ext.core.guard import HEAD_KEY
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.strategies.smart.policies import OnEvents, Periodic
 from tests.strategies.test_smart import GatedStore, _astored_plan, _checkpoint
-from tests.support.lifecycle import Clock, cfg
+from tests.support.lifecycle import Clock, cfg, later_id
 from tests.support.savers import PERSISTENT, SaverHandle, open_saver, params
 from tests.support.unplugged import unplug
 from tests.support.writers import State, assert_one_chain, async_race_graph, history, race
@@ -188,14 +188,14 @@ def test_smart_refusal_reaches_the_run_that_wrote(handle: SaverHandle) -> None:
         graph.invoke({"log": ["start"]}, config)
         cp.flush()
         read = cp.get_tuple(config)
-        nxt = {**read.checkpoint, "id": "1f1ffff6-0000-6000-8000-000000000000"}
+        nxt = {**read.checkpoint, "id": later_id()}
         mine = cp.put(read.config, nxt, {"source": "loop", "step": 9}, {})  # buffered
         steps_graph().compile(checkpointer=other).invoke({"log": ["other"]}, config)
         with pytest.raises(ConcurrentWriteError):
             cp.flush()
         with pytest.raises(ConcurrentWriteError):
             cp.put_writes(mine, [("log", "late")], "task-1")
-        after = {**nxt, "id": "1f1ffff7-0000-6000-8000-000000000000"}
+        after = {**nxt, "id": later_id()}
         with pytest.raises(ConcurrentWriteError):
             cp.put({**mine, "configurable": {**mine["configurable"],
                                              HEAD_KEY: read.config["configurable"][HEAD_KEY]}},
@@ -233,7 +233,7 @@ def test_smart_reads_from_the_buffer_stamp_the_merged_head(handle: SaverHandle) 
         assert len(history(handle.inner, "tt")) == len(history(cp, "tt"))
         assert cp.get_tuple(forked) is not None
         # the run that read before those writes is refused
-        cp.put(stale.config, {**stale.checkpoint, "id": "1f1ffff9-0000-6000-8000-000000000000"},
+        cp.put(stale.config, {**stale.checkpoint, "id": later_id()},
                {"source": "loop", "step": 9}, {})
         with pytest.raises(ConcurrentWriteError):
             cp.flush()
@@ -289,7 +289,7 @@ def test_smart_forwards_lease_tombstone_writers(handle: SaverHandle) -> None:
             assert cp.tombstone("d") == clock.now == handle.inner.tombstone("d")
             # a late put of a run that read before the delete: buffered, refused at its flush
             graph_later.put(late.config, {**late.checkpoint,
-                                          "id": "1f1ffff8-0000-6000-8000-000000000000"},
+                                          "id": later_id()},
                             {"source": "loop", "step": 3}, {})
             with pytest.raises(ThreadDeletedError):
                 graph_later.flush()
@@ -387,7 +387,7 @@ def test_replicated_lease_tombstone_writers_go_to_the_primary(
         assert cp.tombstone("d") is not None and p.inner.tombstone("d") is not None
         assert r.inner.tombstone("d") is not None  # the delete replicated with its tombstone
         with pytest.raises(ThreadDeletedError):
-            cp.put(late.config, {**late.checkpoint, "id": "1f1ffffa-0000-6000-8000-000000000000"},
+            cp.put(late.config, {**late.checkpoint, "id": later_id()},
                    {"source": "loop", "step": 3}, {})
         assert history(p.inner, "d") == [] and history(r.inner, "d") == []
 
@@ -439,7 +439,7 @@ def test_replicated_promotion_fences_off_the_demoted_primarys_writers(
         late = p.inner.get_tuple(cfg("two"))
         with pytest.raises(FencedError):  # any writer of the old primary with epoch 0
             p.inner.put(late.config, {**late.checkpoint,
-                                      "id": "1f1ffffb-0000-6000-8000-000000000000"},
+                                      "id": later_id()},
                         {"source": "loop", "step": 9}, {})
 
         g1.invoke({"log": ["later"]}, one)

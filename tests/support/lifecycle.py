@@ -10,6 +10,7 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.base.id import uuid6
 
 from langgraph_ckpt_ext import Retention, ThreadDeletedError
 from tests.support.graphs import chat_graph
@@ -29,6 +30,15 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+def later_id() -> str:
+    """A checkpoint id that sorts after every id written so far, here or by another process.
+
+    LangGraph's ids are time-ordered (uuid6): a fixed id in a test sorts before the real ids
+    of a later day and stops being the newer one, so a test makes its ids from the clock too.
+    Each call is later than the one before in this process, and unique across processes."""
+    return str(uuid6())
 
 
 def cfg(thread_id: str, **more: Any) -> dict[str, Any]:
@@ -57,12 +67,18 @@ def put_chain(cp: Any, thread_id: str, n: int, config: Any = None) -> Any:
     return config
 
 
-def sweeps_beside_a_graph(cp: Any, sweep: Callable[[], object], turns: int = 12) -> None:
+def sweeps_beside_a_graph(cp: Any, sweep: Callable[[], object], turns: int = 12,
+                          settle: Callable[[], object] | None = None) -> None:
     """Run `turns` turns of a thread on `cp` (its clock moved on so that every thread looks
     expired to the next pass) while `sweep` runs in a loop: no error (but a turn whose thread
     expired under it, refused by the tombstone rather than writing onto deleted rows),
     whatever is left reads back whole (a blob gone under a stored checkpoint raises), and
-    the thread goes on."""
+    the thread goes on.
+
+    `settle` (a buffering checkpointer's `flush`) runs once the turns are done: a buffered
+    turn is refused when it is written, which may be after its run returned, and the refusal
+    is then raised to whatever next writes on its chain. Settled first, that is this flush
+    (allowed, as in a turn), never the run after it, however the threads were scheduled."""
     clock = Clock()
     cp.clock = clock
     cp.retention = Retention(idle=1)
@@ -89,6 +105,9 @@ def sweeps_beside_a_graph(cp: Any, sweep: Callable[[], object], turns: int = 12)
         passes += 1
     writer.join()
     assert not errors
+    if settle is not None:
+        with contextlib.suppress(ThreadDeletedError):
+            settle()
     for tup in cp.list(cfg("busy")):
         assert tup.checkpoint["channel_values"]
     chat(cp, "busy")

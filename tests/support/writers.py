@@ -27,10 +27,10 @@ from langgraph.types import interrupt
 
 from langgraph_ckpt_ext import ConcurrentWriteError, PostgresCheckpointer
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
-from tests.support.lifecycle import cfg
+from tests.support.lifecycle import cfg, later_id
 from tests.support.savers import PG_DSN
 
-LATE_ID = "1f1ffff9-0000-6000-8000-000000000000"  # a late put's checkpoint id
+LATE_STEP = 99  # the metadata step of a late put, to find it if it was stored
 
 
 class State(TypedDict):
@@ -95,6 +95,11 @@ def async_race_graph() -> StateGraph:
 
 def history(cp: Any, thread_id: str) -> list[Any]:
     return list(cp.list(cfg(thread_id)))
+
+
+def late_puts(cp: Any, thread_id: str) -> list[Any]:
+    """The checkpoints of the thread that a late put (`LATE_STEP`) stored."""
+    return [t for t in history(cp, thread_id) if t.metadata.get("step") == LATE_STEP]
 
 
 def assert_one_chain(cp: Any, thread_id: str) -> int:
@@ -257,8 +262,8 @@ def late_worker(target: Target, thread: str, ready: Any, go: Any, out: Any, *,
         assert read is not None
         hold()
         written = carry(read.config)
-        ckpt = {**read.checkpoint, "id": LATE_ID}
-        out.put(("put", outcome(lambda: cp.put(written, ckpt, {"source": "loop", "step": 99},
+        ckpt = {**read.checkpoint, "id": later_id()}
+        out.put(("put", outcome(lambda: cp.put(written, ckpt, {"source": "loop", "step": LATE_STEP},
                                                {}))))
         out.put(("writes", outcome(lambda: cp.put_writes(written, [("log", ["late"])],
                                                          "late-task"))))
@@ -281,7 +286,7 @@ def many_puts(target: Target, proc: int, thread: str, rounds: int, connections: 
 
                 async def put(i: int, read: Any = read, round_: int = round_) -> bool:
                     ckpt = {**read.checkpoint,
-                            "id": f"1f1f{round_:04x}-{proc:01x}{i:03x}-6000-8000-000000000000"}
+                            "id": later_id()}
                     try:
                         await cp.aput(read.config, ckpt, {"source": "loop", "step": round_}, {})
                         return True
@@ -304,7 +309,7 @@ def put_racing_delete(target: Target, thread: str, rounds: int, barrier: Any, ou
             read = cp.get_tuple(config)
             assert read is not None
             barrier.wait(30)
-            ckpt = {**read.checkpoint, "id": f"1f1fff{round_:02x}-0000-6000-8000-000000000000"}
+            ckpt = {**read.checkpoint, "id": later_id()}
             out.put((round_, outcome(lambda c=ckpt, r=read: cp.put(
                 r.config, c, {"source": "loop", "step": 9}, {}))))
             barrier.wait(30)  # the test checks, and starts the thread again

@@ -30,6 +30,7 @@ from langgraph_ckpt_ext.timetravel import (
 )
 from tests.support.common import conf
 from tests.support.graphs import approval_graph, chat_graph, fan_graph, human, subgraph_graph
+from tests.support.lifecycle import later_id
 
 
 def dump(saver: StoreCheckpointer, thread: str) -> list[Any]:
@@ -301,7 +302,7 @@ def check_svg(svg: str, tree: Any) -> None:
 def test_lineage_svg_fits_long_ids() -> None:
     from langgraph_ckpt_ext.timetravel.fork import ForkNode
 
-    cid = "1f0c2a3e-8d4b-6a2c-8001-5e0f3c9a7b21"
+    cid = later_id()
     long_id = "customer-support-session-2026-01-01-with-a-rather-long-suffix-0042"
     tree = ForkNode(long_id, children=[
         ForkNode("WWWWMMMMWWWWMMMMWWWWMMMM-fork", (long_id, cid), forked_step=12, children=[

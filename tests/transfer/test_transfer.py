@@ -42,6 +42,7 @@ from langgraph_ckpt_ext.transfer import (
     thread_ids,
     thread_tuples,
 )
+from tests.support.lifecycle import later_id
 from tests.support.savers import SaverHandle, open_saver, params
 from tests.support.transfer_graphs import (
     CONTINUE,
@@ -423,7 +424,7 @@ def _thread_again(text: str, marker: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-_OTHER_ID = "1f000000-0000-6000-8000-000000000000"
+_OTHER_ID = later_id()
 _BAD_FILES = {
     "not json": (_edit(3, lambda d: "{not json"), "line 3 of the export: not JSON"),
     "no header": (_drop(first=True), "line 1 of the export: not an export of langgraph-ckpt-ext"),
