@@ -219,7 +219,7 @@ def test_smart_sweeps_beside_a_running_graph(smart: SaverHandle, policy: Any) ->
     cp = smart.saver
     if policy is not None:
         cp.policy = policy
-    sweeps_beside_a_graph(cp, cp.sweep)
+    sweeps_beside_a_graph(cp, cp.sweep, settle=cp.flush)
 
 
 # -- ReplicatedCheckpointer -------------------------------------------------------------------
