@@ -13,6 +13,10 @@ locked_install "[test]"
 cd "$root"
 # The whole suite: a test that needs PostgreSQL or Redis fails, never skips, when it is down.
 export LGCKPT_TEST_SERVERS="${LGCKPT_TEST_SERVERS:-required}"
+# LGCKPT_CLOCK_SHIFT_DAYS=365: every Python process of the run sees the date a year ahead.
+if [[ -n "${LGCKPT_CLOCK_SHIFT_DAYS:-}" ]]; then
+    export PYTHONPATH="$root/tests/clock${PYTHONPATH:+:$PYTHONPATH}"
+fi
 "$python" -m ruff check .
 "$python" -m mypy
 exec "$python" -m pytest -n 2 -q -p no:cacheprovider "$@"
