@@ -1,4 +1,4 @@
-"""Fail unless the running environment is exactly what requirements/test.lock pins.
+"""Fail unless the running environment is exactly what requirements/test.txt pins.
 
 Run by scripts/test.sh after the locked install, with the virtualenv's Python. Every installed
 distribution other than pip and this package must be pinned by the lock, at the pinned version.
@@ -43,7 +43,7 @@ def newer(pins: dict[str, str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    lock = Path(__file__).resolve().parent.parent / "requirements" / "test.lock"
+    lock = Path(__file__).resolve().parent.parent / "requirements" / "test.txt"
     pins = pinned(lock)
     if argv == ["--newer"]:
         return newer(pins)

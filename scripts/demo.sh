@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up and run the demo on a fresh machine: a virtualenv in the repo root (created if
 # missing), the package installed into it (editable, its dependencies at the versions of
-# requirements/test.lock), then scripts/demo.py with this
+# requirements/test.txt), then scripts/demo.py with this
 # script's arguments, e.g. `scripts/demo.sh --db /tmp/agent.db`. Works from any directory.
 set -euo pipefail
 

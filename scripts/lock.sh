@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Refresh requirements/test.lock: the exact version of everything the test environment installs
+# Refresh requirements/test.txt: the exact version of everything the test environment installs
 # (the package's dependencies, its [test] extra with ruff and mypy, and the build backend),
 # resolved anew from PyPI for every Python from 3.10 on. Commit the result with any code that the
 # new versions need (scripts/test-latest.sh shows that first). The package's own dependency
@@ -21,4 +21,4 @@ fi
 cd "$root"
 exec "$tools/bin/uv" pip compile --quiet --universal --python-version 3.10 \
     --custom-compile-command "bash scripts/lock.sh" \
-    pyproject.toml requirements/tools.in --extra test -o requirements/test.lock "$@"
+    pyproject.toml requirements/tools.in --extra test -o requirements/test.txt "$@"

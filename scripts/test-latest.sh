@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The suite against the newest releases: what a user who installs the package today gets,
-# instead of the versions requirements/test.lock pins. A virtualenv of its own (.venv-latest),
+# instead of the versions requirements/test.txt pins. A virtualenv of its own (.venv-latest),
 # every dependency upgraded to the newest release its range allows, then ruff, mypy and
 # pytest as scripts/test.sh runs them. It goes on past a failing step, and ends with each
 # step's result and every package whose version differs from the lock (what is new since the
@@ -31,7 +31,7 @@ run mypy "$python" -m mypy
 run pytest "$python" -m pytest -n 2 -q -p no:cacheprovider "$@"
 
 echo
-echo "== newer than requirements/test.lock"
+echo "== newer than requirements/test.txt"
 "$python" "$root/scripts/check_lock.py" --newer
 echo "== results"
 printf '%s\n' "${results[@]}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up and run the whole test suite on a fresh machine: a virtualenv in the repo root
-# (created if missing), the package with its test extras at the versions requirements/test.lock
+# (created if missing), the package with its test extras at the versions requirements/test.txt
 # pins, then ruff, mypy and pytest on two workers. Extra arguments go to pytest, e.g.
 # `scripts/test.sh -k sqlite`. Works from any directory. scripts/test-latest.sh runs the same
 # against the newest releases instead of the lock.

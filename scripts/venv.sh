@@ -1,12 +1,12 @@
 # Sourced by demo.sh, test.sh and test-latest.sh: the virtualenv they share and the locked install.
 # Sets root, venv and python; `locked_install SPEC` installs the package (SPEC: "" or "[test]")
-# with every dependency at the version requirements/test.lock names, the build backend included
+# with every dependency at the version requirements/test.txt names, the build backend included
 # (--no-build-isolation: setuptools comes from the lock too, not from today's PyPI).
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${LGCKPT_VENV:-$root/.venv}"
 python="$venv/bin/python"
-lock="$root/requirements/test.lock"
+lock="$root/requirements/test.txt"
 
 make_venv() {
     if [[ ! -x "$python" ]]; then

@@ -1,4 +1,4 @@
-"""The test environment's lock (requirements/test.lock, made by scripts/lock.sh) covers what
+"""The test environment's lock (requirements/test.txt, made by scripts/lock.sh) covers what
 pyproject.toml asks for, within its ranges, and scripts/check_lock.py reads it right."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 from check_lock import pinned  # noqa: E402
 
-PINS = pinned(ROOT / "requirements" / "test.lock")
+PINS = pinned(ROOT / "requirements" / "test.txt")
 
 
 def _asked() -> list[Requirement]:
