@@ -155,7 +155,7 @@ def _version_5_file(path: Path, source: Path) -> None:
     conn.execute("BEGIN")
     for version, step in enumerate(MIGRATIONS[:5], start=1):
         for statement in step:
-            conn.execute(statement)
+            conn.execute(statement, {"now": time.time()})  # `:now`: the backfill time
         conn.execute("INSERT INTO lgx_migrations VALUES (?, 'then')", (version,))
     conn.execute("ATTACH DATABASE ? AS src", (str(source),))
     for table in ("lgx_checkpoints", "lgx_blobs", "lgx_writes", "lgx_threads"):

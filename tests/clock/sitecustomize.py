@@ -15,8 +15,13 @@ import os
 
 _days = os.environ.get("LGCKPT_CLOCK_SHIFT_DAYS")
 if _days:
-    import datetime
+    import time
 
     import time_machine
 
-    time_machine.travel(datetime.timedelta(days=float(_days)), tick=True).start()
+    # A ticking traveller starts its clock at its first reading, not at `start()`: read it at
+    # once, or every process runs behind by its own start-up time (a spawned worker by tens
+    # of milliseconds), and the ids of two processes stop following the order of their writes.
+    real = time.time_ns()  # not patched yet
+    time_machine.travel((real + round(float(_days) * 86400e9)) / 1e9, tick=True).start()
+    time.time_ns()

@@ -2,7 +2,9 @@
 
 `setup()` applies each pending step in its own `BEGIN IMMEDIATE` transaction together with its
 row in `lgx_migrations`, so a step and its record commit together, and two processes running
-`setup()` at once apply each step once. Append steps; never edit a released one.
+`setup()` at once apply each step once. A statement that names `:now` is given the store's clock
+(`SQLiteStore.clock()`, epoch seconds) there: the time a step stamps on rows it backfills.
+Append steps; never edit a released one.
 """
 
 from __future__ import annotations
@@ -104,8 +106,7 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX lgx_lifecycle_log_thread ON lgx_lifecycle_log (thread, seq)",
         # The thread ids by a loose index scan of each table (one probe per thread: 0.02 s
-        # where reading every row takes 0.3 s, for 1.2 million rows of 2,100 threads); now in
-        # epoch seconds by julianday (SQLite before 3.42 has no subsecond unixepoch).
+        # where reading every row takes 0.3 s, for 1.2 million rows of 2,100 threads).
         """WITH RECURSIVE
             c(tid) AS (SELECT MIN(thread_id) FROM lgx_checkpoints
                        UNION ALL
@@ -116,9 +117,8 @@ MIGRATIONS: list[list[str]] = [
                        SELECT (SELECT MIN(thread_id) FROM lgx_writes WHERE thread_id > w.tid)
                        FROM w WHERE w.tid IS NOT NULL)
         INSERT OR IGNORE INTO lgx_threads (thread_id, created_at, written_at, generation)
-        SELECT tid, now, now, 1
-        FROM (SELECT tid FROM c UNION SELECT tid FROM w),
-             (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now)
+        SELECT tid, :now, :now, 1
+        FROM (SELECT tid FROM c UNION SELECT tid FROM w)
         WHERE tid IS NOT NULL""",
     ],
     # 6: one writer per thread (`core.guard`): tombstones of deleted threads (kept apart from

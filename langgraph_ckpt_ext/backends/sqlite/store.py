@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import errno
+import functools
 import logging
 import os
 import sqlite3
@@ -68,7 +69,7 @@ def _insert(conn: sqlite3.Connection, statement: str, rows: Sequence[Sequence[An
         conn.execute(sql.many(statement, len(chunk)), [v for row in chunk for v in row])
 
 
-def _migrate(conn: sqlite3.Connection) -> int:
+def _migrate(conn: sqlite3.Connection, clock: Callable[[], float]) -> int:
     conn.execute(sql.CREATE_MIGRATIONS)
     while True:
         conn.execute("BEGIN IMMEDIATE")
@@ -76,10 +77,12 @@ def _migrate(conn: sqlite3.Connection) -> int:
             current = int(conn.execute(sql.SELECT_STORAGE_VERSION).fetchone()[0])
             check_storage_version(current, LATEST)
             if current < LATEST:
+                now = clock()
                 for statement in MIGRATIONS[current]:
-                    conn.execute(statement)
-                now = dt.datetime.now(dt.timezone.utc).isoformat()
-                conn.execute(sql.INSERT_MIGRATION, (current + 1, now))
+                    # `:now`: the time a step stamps on the rows it backfills.
+                    conn.execute(statement, {"now": now})
+                applied = dt.datetime.fromtimestamp(now, dt.timezone.utc).isoformat()
+                conn.execute(sql.INSERT_MIGRATION, (current + 1, applied))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -339,7 +342,7 @@ class SQLiteStore:
 
     async def migrate(self) -> int:
         """Apply pending storage migrations; returns the storage version now in force."""
-        return await self._writer.call(_migrate)
+        return await self._writer.call(functools.partial(_migrate, clock=self.clock))
 
     async def storage_version(self) -> int:
         def op(conn: sqlite3.Connection) -> int:
