@@ -4,7 +4,7 @@ both pass against the same head; tombstones refuse a late writer of another proc
 stalled lease holder (SIGSTOP) is fenced off once another took the lease; storage of the
 previous version is upgraded in place.
 
-Processes are spawned (`tests/support/writers.py`) and meet at multiprocessing
+Processes are started afresh (`tests/support/fresh.py`) and meet at multiprocessing
 barriers, so each race is real. Only outcomes are asserted, never timings.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import multiprocessing
 import os
 import signal
 import time
@@ -29,11 +28,10 @@ from langgraph_ckpt_ext.backends.postgres.migrations import LATEST, MIGRATIONS
 from tests.support import writers as worker
 from tests.support.lifecycle import later_id
 from tests.support.savers import PG_DSN, drop_pg_schemas, pg_schema
-from tests.support.writers import Target, Workers, assert_one_chain, race_graph, take
+from tests.support.writers import PROCESSES, Target, Workers, assert_one_chain, race_graph, take
 
 pytestmark = pytest.mark.postgres
 
-SPAWN = multiprocessing.get_context("spawn")
 
 
 @pytest.fixture
@@ -64,8 +62,8 @@ def test_two_processes_racing_graph_runs_one_wins_each_round(
 ) -> None:
     rounds = 4
     with start(schema, "race") as cp:
-        go, barriers = SPAWN.Barrier(2), [SPAWN.Barrier(2) for _ in range(rounds)]
-        out = SPAWN.Queue()
+        go, barriers = PROCESSES.Barrier(2), [PROCESSES.Barrier(2) for _ in range(rounds)]
+        out = PROCESSES.Queue()
         procs = [workers.start(worker.race_worker, Target("postgres", schema), "race", name,
                                go, barriers, out) for name in "ab"]
         results = take(out, 2 * rounds)
@@ -87,8 +85,8 @@ def test_puts_from_two_processes_and_many_connections_one_lands_per_head(
 ) -> None:
     rounds, connections = 5, 8
     with start(schema, "many") as cp:
-        barrier = SPAWN.Barrier(2)
-        out = SPAWN.Queue()
+        barrier = PROCESSES.Barrier(2)
+        out = PROCESSES.Queue()
         procs = [workers.start(worker.many_puts, Target("postgres", schema), p, "many",
                                rounds, connections, barrier, out) for p in range(2)]
         results = take(out, 2 * rounds)
@@ -104,7 +102,7 @@ def test_a_late_put_from_another_process_after_delete_is_refused(
     schema: str, workers: Workers,
 ) -> None:
     with start(schema, "late") as cp:
-        read_done, deleted, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+        read_done, deleted, out = PROCESSES.Event(), PROCESSES.Event(), PROCESSES.Queue()
         proc = workers.start(worker.late_worker, Target("postgres", schema), "late", read_done,
                              deleted, out)
         assert read_done.wait(60)
@@ -125,7 +123,7 @@ def test_a_put_racing_delete_thread_never_outlives_it(
     round; the outcome is checked each round."""
     rounds = 6
     with start(schema, "del") as cp:
-        barrier, out = SPAWN.Barrier(2), SPAWN.Queue()
+        barrier, out = PROCESSES.Barrier(2), PROCESSES.Queue()
         proc = workers.start(worker.put_racing_delete, Target("postgres", schema), "del",
                              rounds, barrier, out)
         seen = []
@@ -153,7 +151,7 @@ def test_stalled_holder_is_fenced_off_once_another_took_the_lease(
     past its lease, the test takes the lease and writes; continued (SIGCONT), the holder's
     put is refused with `LeaseLostError`."""
     with start(schema, "stall") as cp:
-        ready, go, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+        ready, go, out = PROCESSES.Event(), PROCESSES.Event(), PROCESSES.Queue()
         holder = workers.start(worker.late_worker, Target("postgres", schema), "stall", ready,
                                go, out, lease_ttl=1.0)
         assert take(out, 1)[0][0] == "leased" and ready.wait(60)

@@ -26,7 +26,7 @@ import pytest
 from langgraph_ckpt_ext import RedisCheckpointer, ThreadLeasedError
 from tests.support.savers import SaverHandle, open_saver, params
 from tests.support.writers import (
-    SPAWN,
+    PROCESSES,
     Target,
     Workers,
     assert_one_chain,
@@ -63,9 +63,9 @@ def test_two_processes_race_runs_one_wins_each_round(handle: SaverHandle, worker
     thread = "race"
     config = {"configurable": {"thread_id": thread}}
     graph(cp).invoke({"log": ["start"]}, config)
-    go = SPAWN.Barrier(2)
-    barriers = [SPAWN.Barrier(2) for _ in range(ROUNDS)]
-    out = SPAWN.Queue()
+    go = PROCESSES.Barrier(2)
+    barriers = [PROCESSES.Barrier(2) for _ in range(ROUNDS)]
+    out = PROCESSES.Queue()
     for name in "ab":
         # durability="sync": a refused checkpoint stops the run before its next step, so a
         # run refused at its input never waits at the barrier
@@ -89,7 +89,7 @@ def test_late_run_after_delete_from_another_process_refused(handle: SaverHandle,
     thread = "late"
     config = {"configurable": {"thread_id": thread}}
     graph(cp).invoke({"log": ["start"]}, config)
-    ready, deleted, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+    ready, deleted, out = PROCESSES.Event(), PROCESSES.Event(), PROCESSES.Queue()
     workers.start(late_worker, target(handle), thread, ready, deleted, out, run=True)
     assert ready.wait(120), "the worker's run never reached its node"
     cp.delete_thread(thread)  # while the other process's run is inside `step`
@@ -108,7 +108,7 @@ def test_stalled_lease_holder_fenced_off(handle: SaverHandle, workers: Workers) 
     thread = "stalled"
     config = {"configurable": {"thread_id": thread}}
     graph(cp).invoke({"log": ["start"]}, config)
-    ready, go, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+    ready, go, out = PROCESSES.Event(), PROCESSES.Event(), PROCESSES.Queue()
     proc = workers.start(late_worker, target(handle), thread, ready, go, out, run=True,
                          lease_ttl=1.0)
     assert ready.wait(120), "the holder's run never reached its node"

@@ -29,7 +29,7 @@ from langgraph_ckpt_ext import LeaseLostError, SQLiteCheckpointer, ThreadDeleted
 from langgraph_ckpt_ext.backends.sqlite.migrations import LATEST, MIGRATIONS
 from tests.support.lifecycle import cfg, later_id
 from tests.support.writers import (
-    SPAWN,
+    PROCESSES,
     State,
     Target,
     Workers,
@@ -65,8 +65,8 @@ def test_two_processes_racing_graph_runs_one_wins_each_round(
     with SQLiteCheckpointer(db) as cp:
         if not fresh:
             step_graph().compile(checkpointer=cp).invoke({"log": ["start"]}, cfg("t"))
-    go, out = SPAWN.Barrier(3), SPAWN.Queue()  # each round starts when the test says so
-    barriers = [SPAWN.Barrier(2) for _ in range(rounds)]
+    go, out = PROCESSES.Barrier(3), PROCESSES.Queue()  # each round starts when the test says so
+    barriers = [PROCESSES.Barrier(2) for _ in range(rounds)]
     procs = [workers.start(race_worker, Target("sqlite", str(db)), "t", name, go, barriers, out)
              for name in "ab"]
     winners = []
@@ -98,7 +98,7 @@ def test_a_late_put_from_another_process_after_delete_is_refused(
     with SQLiteCheckpointer(db) as cp:
         graph = step_graph().compile(checkpointer=cp)
         graph.invoke({"log": ["start"]}, cfg("d"))
-        ready, go, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+        ready, go, out = PROCESSES.Event(), PROCESSES.Event(), PROCESSES.Queue()
         late = workers.start(late_worker, Target("sqlite", str(db)), "d", ready, go, out)
         assert ready.wait(60)  # the other process read the thread ...
         cp.delete_thread("d")  # ... and it is deleted before its run writes
@@ -120,7 +120,7 @@ def test_a_stalled_lease_holder_is_fenced_off_when_it_wakes(
     with SQLiteCheckpointer(db) as cp:
         graph = step_graph().compile(checkpointer=cp)
         graph.invoke({"log": ["start"]}, cfg("s"))
-        ready, go, out = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
+        ready, go, out = PROCESSES.Event(), PROCESSES.Event(), PROCESSES.Queue()
         holder = workers.start(late_worker, Target("sqlite", str(db)), "s", ready, go, out,
                                lease_ttl=1.0)
         _, token, expires_at = take(out, 1)[0]  # it holds the lease ...

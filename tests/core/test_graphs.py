@@ -52,8 +52,25 @@ REPLICATED: dict[str, tuple[list[str], dict[str, Any]]] = {
 }
 
 
-@pytest.fixture(params=[*params(BACKENDS), *params(SMART),
-                        *(param(k, *REPLICATED[k][0]) for k in REPLICATED)])
+# The variants that run each scenario in one mode only, not all three: a replicator process
+# (seconds to start, per test) applies the replicas the same whatever the caller's mode, and
+# "replicated-async:postgres" runs the same scenarios in every mode in-process.
+ONE_MODE = {"replicated-proc:postgres": "async"}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Each scenario on every variant, in every mode (`ONE_MODE`: in one)."""
+    if "graph_saver" not in metafunc.fixturenames:
+        return
+    variants = [*params(BACKENDS), *params(SMART),
+                *(param(k, *REPLICATED[k][0]) for k in REPLICATED)]
+    metafunc.parametrize(("graph_saver", "mode"), [
+        pytest.param(v.values[0], m, id=f"{v.id}-{m}", marks=v.marks)
+        for v in variants for m in MODES if ONE_MODE.get(v.values[0], m) == m
+    ], indirect=True)
+
+
+@pytest.fixture
 def graph_saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """Every backend, and the SmartCheckpointer and ReplicatedCheckpointer variants, for the
     scenarios of this module."""
@@ -121,8 +138,9 @@ class Api:
         return graph.update_state(config, values, **kw)
 
 
-@pytest.fixture(params=MODES)
+@pytest.fixture
 def mode(request: pytest.FixtureRequest) -> str:
+    """One of `MODES`, as the test is parametrized."""
     return str(request.param)
 
 
@@ -284,6 +302,7 @@ def test_durability_modes(graph_saver: Any, run: Any, durability: str) -> None:
     run(scenario)
 
 
+@pytest.mark.parametrize("mode", MODES, indirect=True)
 def test_long_thread_300_turns(backend: str, tmp_path: Path, mode: str, loop_thread: Any) -> None:
     h = open_saver(backend, tmp_path)
     saver = h.saver

@@ -80,12 +80,15 @@ async def _round(cp: Any, thread: str, parent: dict[str, Any]) -> dict[str, Any]
     return saved  # type: ignore[no-any-return]
 
 
+ROUNDS = 60  # loops, each run and ended: what each one left open would add up
+
+
 def test_many_loops_of_saver_calls(loop_saver: Any) -> None:
     """A fresh `asyncio.run` per call, sync calls in between, then close()."""
 
     def scenario() -> int:
         parent = conf("t-loops")
-        for i in range(120):
+        for i in range(ROUNDS):
             parent = asyncio.run(_round(loop_saver, "t-loops", parent))
             asyncio.run(loop_saver.aget_tuple(conf("t-loops")))
             if i % 10 == 0:
@@ -95,7 +98,7 @@ def test_many_loops_of_saver_calls(loop_saver: Any) -> None:
         loop_saver.close()
         return count
 
-    assert within(scenario, "120 asyncio.run rounds and close()") == 120
+    assert within(scenario, f"{ROUNDS} asyncio.run rounds and close()") == ROUNDS
 
 
 def test_many_loops_of_graph_runs(loop_saver: Any) -> None:

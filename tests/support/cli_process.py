@@ -25,14 +25,20 @@ RUN_TIMEOUT = 120.0  # seconds, as the tests' subprocess.run had
 
 # The helper: reads one JSON request a line on stdin, answers one JSON line on stdout.
 _HELPER = r"""
-import json, os, signal, sys, time, traceback
+import gc, importlib, json, os, pkgutil, signal, sys, time, traceback
+import langgraph_ckpt_ext
 import langgraph_ckpt_ext.cli as cli
-import langgraph_ckpt_ext.backends.sqlite, langgraph_ckpt_ext.backends.memory  # noqa: E401
-for name in ("langgraph_ckpt_ext.backends.postgres", "langgraph_ckpt_ext.backends.redis"):
-    try:
-        __import__(name)
-    except ImportError:
-        pass
+# Every module of the package, also those the commands import when they run (a child would
+# import them again at each run); those of an extra that is not installed are left out.
+for mod in pkgutil.walk_packages(langgraph_ckpt_ext.__path__, "langgraph_ckpt_ext."):
+    if not mod.name.endswith("__main__"):
+        try:
+            importlib.import_module(mod.name)
+        except ImportError:
+            pass
+# What is imported now is never garbage: a child's shutdown then leaves it alone instead of
+# walking (and so copying, page by page) the whole inherited heap: 0.1 s a run, not 0.5 s.
+gc.freeze()
 
 answers = os.fdopen(os.dup(1), "w")
 requests = sys.stdin

@@ -5,7 +5,6 @@ state (test_stored_state.py): the same actions run on our checkpointers and on L
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import random
 import sys
 from datetime import datetime, timedelta, timezone
@@ -23,6 +22,8 @@ from langchain_core.messages import (
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from pydantic import BaseModel
+
+from tests.support.fresh import PROCESSES
 
 
 class Item(BaseModel):
@@ -219,7 +220,7 @@ class Reader:
     """A checkpointer opened over the same storage in another Python process."""
 
     def __init__(self, kind: str, tmp: Path, options: dict[str, Any]) -> None:
-        ctx = multiprocessing.get_context("spawn")
+        ctx = PROCESSES
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_serve, args=(child, (kind, str(tmp), options)),
                                 daemon=True)

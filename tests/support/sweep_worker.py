@@ -6,9 +6,11 @@ run two at once or kill one halfway.
     python -m tests.support.sweep_worker TARGET sweep CLOCK IDLE [LIMIT] [PAUSE]
 
 TARGET is `sqlite:<path>`, `postgres:<schema>` or `redis:<key prefix>` (see `open_target`).
-`sweep` deletes every thread not written for IDLE seconds at time CLOCK; with PAUSE (seconds)
-it works on one thread at a time and waits that long after each thread it deletes (the store's
-`expire_thread` is wrapped), so that a test can SIGKILL it mid-pass.
+`sweep` deletes every thread not written for IDLE seconds at time CLOCK; with PAUSE it works on
+one thread at a time and waits after each thread it deletes (the store's `expire_thread` is
+wrapped), so that a test can SIGKILL it mid-pass: PAUSE seconds, or with PAUSE `step` until it
+reads a line on stdin (at the end of stdin it goes on without waiting), so that a test holds it
+mid-pass for as long as it needs, however busy the machine.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def main(target: str, mode: str, *args: str) -> None:
         elif mode == "sweep":
             clock, idle = float(args[0]), float(args[1])
             limit = int(args[2]) if len(args) > 2 and args[2] != "-" else None
-            pause = float(args[3]) if len(args) > 3 else 0.0
+            pause = args[3] if len(args) > 3 else ""
             saver.clock = lambda: clock
             saver.retention = Retention(idle=idle)
             if pause:  # one thread at a time, so that a kill lands between two of them
@@ -57,8 +59,10 @@ def main(target: str, mode: str, *args: str) -> None:
                                   ) -> bool:
                 done = await expire(thread_id, generation, tombstone)
                 say(event="expired", thread=thread_id, done=done)
-                if pause:
-                    time.sleep(pause)
+                if pause == "step":
+                    sys.stdin.readline()
+                elif pause:
+                    time.sleep(float(pause))
                 return bool(done)
 
             store.expire_thread = slow_expire

@@ -1,7 +1,7 @@
 """What the tests of one writer per thread share (tests/core/test_writers.py,
 tests/strategies/test_writers_wrappers.py, tests/backends/test_writers_{sqlite,postgres,redis}.py):
 the race graph, the history helpers, and the worker functions the cross-process tests run in
-processes of their own (multiprocessing "spawn": nothing is shared with the test process but
+processes of their own (`tests.support.fresh`: nothing is shared with the test process but
 the storage and the synchronization primitives handed over).
 
 Each worker opens its own checkpointer from a `Target` (backend + what names the storage) and
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing
 import operator
 import os
 import queue
@@ -27,6 +26,7 @@ from langgraph.types import interrupt
 
 from langgraph_ckpt_ext import ConcurrentWriteError, PostgresCheckpointer
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
+from tests.support.fresh import PROCESSES
 from tests.support.lifecycle import cfg, later_id
 from tests.support.savers import PG_DSN
 
@@ -144,7 +144,6 @@ def race(cp: Any, thread_id: str, fresh: bool) -> list[str]:
 
 # -- workers: each runs in a spawned process ---------------------------------------------------
 
-SPAWN = multiprocessing.get_context("spawn")
 
 
 class Workers:
@@ -155,7 +154,7 @@ class Workers:
         self.procs: list[Any] = []
 
     def start(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        proc = SPAWN.Process(target=fn, args=args, kwargs=kwargs, daemon=True)
+        proc = PROCESSES.Process(target=fn, args=args, kwargs=kwargs, daemon=True)
         proc.start()
         self.procs.append(proc)
         return proc
