@@ -345,7 +345,8 @@ def test_the_sweep_lock_is_held_renewed_and_released(handle: SaverHandle) -> Non
 def _worker(target: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.support.sweep_worker", target, *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -372,22 +373,23 @@ def _fill(prefix: str) -> None:
 
 def test_two_sweepers_on_one_prefix(target: str) -> None:
     _fill(target)
-    first = _worker(f"redis:{target}", "sweep", str(T0 + 100), "50", "-", "0.25")
+    first = _worker(f"redis:{target}", "sweep", str(T0 + 100), "50", "-", "step")
     try:
-        assert first.stdout is not None
+        assert first.stdout is not None and first.stdin is not None
         first_events = _events(first.stdout)
         expired: list[str] = []
         for event in first_events:
             if event["event"] == "expired":
                 expired.append(event["thread"])
                 break
-        # the first holds the lock for the rest of its pass (more than 3 s to go)
+        # the first holds the lock, waiting mid-pass until its stdin ends
         second = _worker(f"redis:{target}", "sweep", str(T0 + 100), "50")
         out2, err2 = second.communicate(timeout=120)
         assert second.returncode == 0, err2
         done2 = [json.loads(line) for line in out2.splitlines()][-1]
         assert done2 == {"event": "done", "deleted": 0, "locked_out": True, "busy": 0,
                          "examined": 0}
+        first.stdin.close()
         done1: dict[str, Any] = {}
         for event in first_events:
             if event["event"] == "expired":
