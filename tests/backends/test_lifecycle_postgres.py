@@ -11,8 +11,6 @@ import asyncio
 import json
 import logging
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from langgraph_ckpt_ext.backends.postgres import sql
 from langgraph_ckpt_ext.backends.postgres.migrations import LATEST
 from langgraph_ckpt_ext.core.retention import LifecycleEvent
 from langgraph_ckpt_ext.core.rows import CheckpointRow, MigrationEntry, WriteRow
+from tests.support.forked import Forked, start
 from tests.support.lifecycle import DAY, T0, cfg, put_chain
 from tests.support.savers import PG_DSN, drop_pg_schemas, pg_schema
 
@@ -394,20 +393,17 @@ def test_writes_racing_expire_thread_never_leave_half_a_thread(schema: str) -> N
 # -- the sweep lock, across processes ----------------------------------------------------------
 
 
-def worker(target: str, *args: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.sweep_worker", target, *map(str, args)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+def worker(target: str, *args: Any) -> Forked:
+    return start("tests.support.sweep_worker", target, *map(str, args))
 
 
-def events(proc: subprocess.Popen[str]) -> Iterator[dict[str, Any]]:
+def events(proc: Forked) -> Iterator[dict[str, Any]]:
     assert proc.stdout is not None
     for line in proc.stdout:
         yield json.loads(line)
 
 
-def finish(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
+def finish(proc: Forked) -> list[dict[str, Any]]:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     return [json.loads(line) for line in out.splitlines()]
@@ -424,16 +420,15 @@ def fill(target: str) -> None:
 def test_two_processes_sweeping_one_schema(schema: str) -> None:
     target = f"postgres:{schema}"
     fill(target)
-    first = worker(target, "sweep", T0 + DAY + 1, DAY, "-", 0.3)
+    first = worker(target, "sweep", T0 + DAY + 1, DAY, "-", "step")
     try:
         seen = events(first)
         lines = [next(seen), next(seen)]
         assert [e["event"] for e in lines] == ["start", "expired"]  # under way, holding the lock
-        # Held still (SIGSTOP, between two threads) while the second process sweeps, however
-        # long that one takes to start.
-        first.send_signal(signal.SIGSTOP)
+        # Held still (between two threads, until its stdin ends) while the second process
+        # sweeps, however long that one takes.
         second = finish(worker(target, "sweep", T0 + DAY + 1, DAY))
-        first.send_signal(signal.SIGCONT)
+        first.stdin.close()
         lines += list(seen)
     finally:
         first.kill()

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +21,7 @@ import pytest
 from langgraph_ckpt_ext import RedisCheckpointer, Retention
 from langgraph_ckpt_ext.core.retention import LifecycleEvent
 from langgraph_ckpt_ext.core.rows import WriteRow
+from tests.support.forked import Forked, start
 from tests.support.graphs import chat_graph, human
 from tests.support.lifecycle import T0, Clock, cfg, put_chain
 from tests.support.migrate_worker import open_target
@@ -342,12 +341,8 @@ def test_the_sweep_lock_is_held_renewed_and_released(handle: SaverHandle) -> Non
     client.close()
 
 
-def _worker(target: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.sweep_worker", target, *args],
-        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
-    )
+def _worker(target: str, *args: str) -> Forked:
+    return start("tests.support.sweep_worker", target, *args)
 
 
 def _events(lines: Any) -> Iterator[dict[str, Any]]:

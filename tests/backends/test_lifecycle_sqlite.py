@@ -12,8 +12,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +25,7 @@ from langgraph_ckpt_ext.backends.sqlite.migrations import LATEST, MIGRATIONS
 from langgraph_ckpt_ext.backends.sqlite.store import _incremental_auto_vacuum
 from langgraph_ckpt_ext.core.retention import LifecycleEvent, thread_digest
 from langgraph_ckpt_ext.core.rows import MigrationEntry, WriteRow
+from tests.support.forked import Forked, start
 from tests.support.lifecycle import Clock, cfg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -382,14 +381,11 @@ def test_the_switch_reads_the_file_not_a_stale_header(tmp_path: Path) -> None:
 # -- sweeps by several processes on one file ------------------------------------------------------
 
 
-def _worker(target: str, *args: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.sweep_worker", target, *map(str, args)],
-        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+def _worker(target: str, *args: Any) -> Forked:
+    return start("tests.support.sweep_worker", target, *map(str, args))
 
 
-def _events(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
+def _events(proc: Forked) -> list[dict[str, Any]]:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     return [json.loads(line) for line in out.splitlines()]
@@ -399,14 +395,14 @@ def _fill(target: str, threads: int, checkpoints: int) -> None:
     assert _events(_worker(target, "fill", threads, checkpoints, T0))[-1]["event"] == "filled"
 
 
-def _next_event(proc: subprocess.Popen[str]) -> dict[str, Any]:
+def _next_event(proc: Forked) -> dict[str, Any]:
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line, proc.stderr.read() if proc.stderr else "the worker ended"
     return json.loads(line)  # type: ignore[no-any-return]
 
 
-def _expired_lines(proc: subprocess.Popen[str], n: int) -> list[dict[str, Any]]:
+def _expired_lines(proc: Forked, n: int) -> list[dict[str, Any]]:
     """The next `n` threads a "step" sweeper expired: let go after each but the last, after
     which it waits (mid-pass, holding the sweep lock) until told again or its stdin ends."""
     assert proc.stdin is not None

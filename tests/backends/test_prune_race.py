@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
-import sys
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -27,6 +26,7 @@ from langgraph_ckpt_ext import (
 from langgraph_ckpt_ext.backends.postgres import sql as pg_sql
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from tests.support.common import conf
+from tests.support.forked import run_lgckpt
 from tests.support.graphs import chat_graph, human
 from tests.support.latency_proxy import latency_proxy
 from tests.support.savers import (
@@ -195,12 +195,10 @@ async def test_prune_of_a_held_thread_says_busy() -> None:
             with pytest.raises(StoreBusyError, match="retry"):
                 await impatient.aprune(["held"])
             url = f"{PG_DSN}?schema={schema}&lock_timeout=200ms"
-            run = await asyncio.to_thread(
-                subprocess.run, [sys.executable, "-m", "langgraph_ckpt_ext", "prune", "held",
-                                 "--url", url],
-                capture_output=True, text=True, timeout=120, cwd=ROOT)
-            assert run.returncode == 7, run
-            assert "retry" in run.stderr and run.stdout == "", run
+            code, out, err = await asyncio.to_thread(
+                run_lgckpt, ["prune", "held", "--url", url], env=dict(os.environ), cwd=ROOT)
+            assert code == 7, (code, out, err)
+            assert "retry" in err and out == "", (out, err)
         assert [t async for t in cp.alist(conf("held"))] == before
         await impatient.aprune(["held"])  # the writer is done: the prune goes through
         assert len([t async for t in cp.alist(conf("held"))]) == 1

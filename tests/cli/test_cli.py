@@ -3,7 +3,7 @@ stores that real compiled graphs wrote: SQLite files, PostgreSQL schemas and Red
 of their own. Text and JSON output, exit codes, dry runs, paused threads, tampering, bad input.
 
 A new `python -m langgraph_ckpt_ext` costs about a second (the imports): runs are forked from
-a process that imported the command line once (tests/support/cli_process.py); the console
+a process that imported the command line once (tests/support/forked.py); the console
 script itself is started whole where a test says so."""
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from langgraph_ckpt_ext.cli.output import Output, cell
 from langgraph_ckpt_ext.cli.selection import checkpoint_ref
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.migrations import SchemaChain
-from tests.support.cli_process import run_lgckpt
 from tests.support.common import conf
+from tests.support.forked import run_lgckpt
 from tests.support.graphs import approval_graph, chat_graph, human, subgraph_graph
 from tests.support.lifecycle import later_id
 from tests.support.savers import PG_DSN, REDIS_URL, SaverHandle, open_saver, params

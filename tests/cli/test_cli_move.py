@@ -19,7 +19,7 @@ import pytest
 
 from langgraph_ckpt_ext import SQLiteCheckpointer, connect
 from langgraph_ckpt_ext.transfer import diff_thread, thread_ids, thread_tuples
-from tests.support.cli_process import run_lgckpt
+from tests.support.forked import run_lgckpt
 from tests.support.graphs import chat_graph, human
 from tests.support.savers import (
     PG_DSN,

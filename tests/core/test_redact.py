@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from langchain_core.messages import HumanMessage
 from langgraph_ckpt_ext import SQLiteCheckpointer
 from langgraph_ckpt_ext.core.redact import Redaction, words
 from langgraph_ckpt_ext.core.rows import ListQuery
+from tests.support.forked import run_lgckpt
 from tests.support.graphs import chat_graph
 from tests.support.savers import SaverHandle, open_saver, params
 
@@ -96,13 +96,12 @@ def test_cli_never_prints_a_secret_stored_before(tmp_path: Path) -> None:
     with SQLiteCheckpointer(path, redact_metadata=False) as cp:  # a store written without it
         run(cp, "old")
     url = f"sqlite:///{path}"
+    env = dict(os.environ)
     for args in (["history", "old", "--json"], ["show", "old", "--json"], ["show", "old"]):
-        done = subprocess.run([sys.executable, "-m", "langgraph_ckpt_ext", *args, "--url", url],
-                              capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        assert SECRET not in done.stdout, args
-        assert "***" in done.stdout, args
-    shown = json.loads(subprocess.run(
-        [sys.executable, "-m", "langgraph_ckpt_ext", "show", "old", "--json", "--url", url],
-        capture_output=True, text=True, timeout=120).stdout)
+        code, out, err = run_lgckpt([*args, "--url", url], env=env, cwd=tmp_path)
+        assert code == 0, err
+        assert SECRET not in out + err, args
+        assert "***" in out, args
+    shown = json.loads(run_lgckpt(["show", "old", "--json", "--url", url], env=env,
+                                  cwd=tmp_path)[1])
     assert shown["metadata"]["api_key"] == "***" and shown["metadata"]["max_tokens"] == 512

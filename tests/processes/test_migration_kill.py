@@ -4,14 +4,13 @@ another chain sharing the store is never touched."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from langgraph.types import Command
 
 from langgraph_ckpt_ext.migrations import SchemaChain
+from tests.support.forked import start
 from tests.support.migrate_worker import open_target
 from tests.support.savers import drop_pg_schemas, drop_redis_prefixes, params, pg_schema, redis_prefix
 from tests.support.schema_graphs import CHAIN, graph_v1, graph_v3, is_v3, v1_message
@@ -49,10 +48,7 @@ def test_killed_migration_resumes_and_migrates_each_checkpoint_once(kill_target:
         g1.invoke({"messages": [v1_message("human", "bill")]}, OTHER)
         billing = [(t.metadata, t.checkpoint) for t in v1.list(OTHER)]
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.migrate_worker", kill_target, "0.05"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    proc = start("tests.support.migrate_worker", kill_target, "0.05")
     assert proc.stdout is not None
     try:
         for line in proc.stdout:

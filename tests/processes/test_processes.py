@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from langgraph_ckpt_ext import PostgresCheckpointer, SQLiteCheckpointer
 from langgraph_ckpt_ext.backends.sqlite.migrations import LATEST
+from tests.support.forked import Forked, start
 from tests.support.graphs import approval_graph
 from tests.support.savers import PG_DSN, drop_pg_schemas, pg_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.proc_worker", *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+def _spawn(*args: str) -> Forked:
+    return start("tests.support.proc_worker", *args)
 
 
-def _finish(proc: subprocess.Popen[str]) -> str:
+def _finish(proc: Forked) -> str:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     return out

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -11,16 +9,14 @@ import pytest
 from langgraph.types import Command
 
 from langgraph_ckpt_ext import SQLiteCheckpointer
+from tests.support.forked import Forked, start
 from tests.support.graphs import approval_graph, chat_graph, human
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.support.smart_worker", *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+def _spawn(*args: str) -> Forked:
+    return start("tests.support.smart_worker", *args)
 
 
 @pytest.mark.parametrize("policy", ["periodic", "events"])
