@@ -8,8 +8,7 @@ and SIGSTOP reach it), its own environment and working directory, stdin, stdout 
 pipes, an exit status as `subprocess` reports it (-9: killed), and the interpreter's normal
 shutdown (atexit hooks, non-daemon threads joined). It is forked from a helper process, one
 per test process, that imported the package and the tests' support modules once and opened
-nothing (no store, connection, thread or event loop), with its heap frozen so that a child's
-shutdown does not walk, and so copy, all it inherited. `Forked` answers the part of
+nothing (`tests.support.preload`). `Forked` answers the part of
 `subprocess.Popen` the tests use. The tests that must see the real entry points (the console
 script, a new interpreter) start plain subprocesses.
 """
@@ -32,17 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # The helper: requests (one JSON line each) on stdin, answers on stdout: {"id", "pid"} once a
 # child is forked, {"ended": pid, "code"} once it has ended.
 _HELPER = r"""
-import gc, importlib, json, os, pkgutil, runpy, select, signal, sys
-import langgraph_ckpt_ext, tests.support
-for package in (langgraph_ckpt_ext, tests.support):
-    for mod in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-        last = mod.name.rpartition(".")[2]
-        if last != "__main__" and not last.startswith("test_"):
-            try:
-                importlib.import_module(mod.name)
-            except ImportError:  # an extra that is not installed
-                pass
-gc.freeze()
+import json, os, runpy, select, signal, sys
+import tests.support.preload
 
 answers = os.fdopen(os.dup(1), "w")
 children, pending = set(), b""
