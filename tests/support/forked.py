@@ -108,6 +108,9 @@ class _Helper:
                 if "ended" in msg:
                     self.codes[msg["ended"]] = msg["code"]
                 else:
+                    # A pid is used again once its process is reaped: an exit code still held
+                    # for it is that of an earlier child (its "ended" came before this fork).
+                    self.codes.pop(msg["pid"], None)
                     self.pids[msg["id"]] = msg["pid"]
                 self.changed.notify_all()
         with self.changed:
@@ -127,9 +130,10 @@ class _Helper:
             return self.pids.pop(request_id)
 
     def code(self, pid: int, timeout: float | None) -> int | None:
+        """The exit code of child `pid`, once it has ended (taken: asked once)."""
         with self.changed:
             self.changed.wait_for(lambda: pid in self.codes, timeout)
-            return self.codes.get(pid)
+            return self.codes.pop(pid, None)
 
     def close(self) -> None:
         if self.proc.poll() is None:
