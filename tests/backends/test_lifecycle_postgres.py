@@ -12,7 +12,6 @@ import json
 import logging
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -30,7 +29,6 @@ from tests.support.savers import PG_DSN, drop_pg_schemas, pg_schema
 
 pytestmark = pytest.mark.postgres
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -29,7 +29,6 @@ from tests.support.savers import SaverHandle, drop_redis_prefixes, open_saver, p
 
 pytestmark = pytest.mark.redis
 
-ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(params=params(["redis", "redis-cluster"]))
 def handle(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SaverHandle]:

@@ -28,7 +28,6 @@ from langgraph_ckpt_ext.core.rows import MigrationEntry, WriteRow
 from tests.support.forked import Forked, start
 from tests.support.lifecycle import Clock, cfg
 
-ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_000_000.0  # the fill clock of the process tests
 
 

@@ -15,7 +15,6 @@ from tests.support.migrate_worker import open_target
 from tests.support.savers import drop_pg_schemas, drop_redis_prefixes, params, pg_schema, redis_prefix
 from tests.support.schema_graphs import CHAIN, graph_v1, graph_v3, is_v3, v1_message
 
-ROOT = Path(__file__).resolve().parents[2]
 THREADS = 40
 OTHER = {"configurable": {"thread_id": "x-billing"}}  # sorted after the chain's threads
 

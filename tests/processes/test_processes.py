@@ -12,8 +12,6 @@ from tests.support.forked import Forked, start
 from tests.support.graphs import approval_graph
 from tests.support.savers import PG_DSN, drop_pg_schemas, pg_schema
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _spawn(*args: str) -> Forked:
     return start("tests.support.proc_worker", *args)

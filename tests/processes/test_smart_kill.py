@@ -12,8 +12,6 @@ from langgraph_ckpt_ext import SQLiteCheckpointer
 from tests.support.forked import Forked, start
 from tests.support.graphs import approval_graph, chat_graph, human
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _spawn(*args: str) -> Forked:
     return start("tests.support.smart_worker", *args)

@@ -249,10 +249,6 @@ def run_lgckpt(argv: list[str], *, env: dict[str, str], cwd: Path, stdin: str | 
                timeout: float = RUN_TIMEOUT) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of `lgckpt ARGV` (`python -m langgraph_ckpt_ext`), run to
     its end in a process of its own; killed, and TimeoutExpired, after `timeout` seconds."""
-    with start("langgraph_ckpt_ext", *argv, cwd=cwd, env=env) as proc:
-        try:
-            out, err = proc.communicate(stdin, timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
+    with start("langgraph_ckpt_ext", *argv, cwd=cwd, env=env) as proc:  # exit: killed if alive
+        out, err = proc.communicate(stdin, timeout)
         return proc.wait(), out, err
