@@ -470,3 +470,58 @@ def test_writes_stored_before_their_checkpoint_stay_visible_while_it_is_written(
     assert tup is not None and tup.checkpoint["id"] == "c1"
     assert [(w[1], w[2]) for w in tup.pending_writes] == [("__interrupt__", ["approve?"])]
     smart.close()
+
+
+class TwoGates(InMemorySaver):
+    """Holds each `put_writes` and each `put` until its gate opens (cannot carry a batch: a
+    flush of the thread waits for the one still out)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes_gate, self.put_gate = threading.Event(), threading.Event()
+        self.writing, self.putting = threading.Event(), threading.Event()
+
+    def put_writes(self, *args: Any, **kwargs: Any) -> None:
+        self.writing.set()
+        self.writes_gate.wait(10)
+        super().put_writes(*args, **kwargs)
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        self.putting.set()
+        self.put_gate.wait(10)
+        return super().put(*args, **kwargs)
+
+
+def test_writes_stored_while_their_checkpoint_waits_behind_them_stay_visible() -> None:
+    """The interrupt's writes go out first; their checkpoint comes while they are being written
+    and queues behind them. Once the writes are stored (the checkpoint still buffered), a read
+    served from the buffer has them: it is what `get_state` reads right after the run."""
+    inner = TwoGates()
+    smart = SmartCheckpointer(inner, Periodic(3600))
+    thread = {"configurable": {"thread_id": "q", "checkpoint_ns": ""}}
+    conf = {"configurable": {**thread["configurable"], "checkpoint_id": "c1"}}
+    writer = threading.Thread(target=smart.put_writes,
+                              args=(conf, [("__interrupt__", ["approve?"])], "task-1"))
+    writer.start()
+    assert inner.writing.wait(10)
+    putter = threading.Thread(target=smart.put, args=(
+        thread, _checkpoint("c1"), {"source": "loop", "step": 0}, {}))
+    putter.start()
+    # the checkpoint is queued (urgent: its writes were an interrupt) behind the writes
+    deadline = time.monotonic() + 10
+    while smart.metrics.buffered < 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert smart.metrics.buffered == 2
+    inner.writes_gate.set()
+    writer.join(10)
+    assert inner.putting.wait(10)  # the writes are stored, the checkpoint's write is out
+    for tup in (smart.get_tuple(cfg("q")), smart.get_tuple(conf), next(smart.list(cfg("q")))):
+        assert tup is not None and tup.checkpoint["id"] == "c1"
+        assert [(w[1], w[2]) for w in tup.pending_writes] == [("__interrupt__", ["approve?"])]
+    inner.put_gate.set()
+    putter.join(10)
+    tup = smart.get_tuple(cfg("q"))
+    assert tup is not None and [(w[1], w[2]) for w in tup.pending_writes] == [
+        ("__interrupt__", ["approve?"])]
+    assert smart._buffer.orphans == {}  # forgotten once the checkpoint is stored
+    smart.close()

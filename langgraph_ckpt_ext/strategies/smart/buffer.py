@@ -64,11 +64,11 @@ class Buffer:
     """What a `SmartCheckpointer` (and its `with_allowlist` copies) holds unwritten.
 
     LangGraph may pass a step's writes before the checkpoint they belong to (both go out from
-    background tasks). `seen`: checkpoints queued here; `orphans`: writes flushed before their
-    checkpoint came (read back with it); `urgent`: checkpoints whose writes were an event (an
-    interrupt): written the moment they come. `ended`: (thread, ns) -> id of the checkpoint
-    that ended a run and was written at once: a write of that run that comes after it goes at
-    once too, so that the run is whole when it returns.
+    background tasks). `seen`: checkpoints queued here; `orphans`: writes stored before their
+    checkpoint is (read back with it while it is buffered); `urgent`: checkpoints whose
+    writes were an event (an interrupt): written the moment they come. `ended`: (thread, ns)
+    -> id of the checkpoint that ended a run and was written at once: a write of that run
+    that comes after it goes at once too, so that the run is whole when it returns.
 
     One writer per thread (an inner checkpointer with `writers="single"`): `refused` maps
     (thread, ns, checkpoint id) to the `ConcurrentWriteError` that dropped it, from the store
@@ -214,6 +214,11 @@ class Buffer:
             if kept is not batch:  # what coalescing dropped no longer counts against bounds
                 st.bytes -= sum(i.size for i in batch) - sum(i.size for i in kept)
                 st.puts -= puts(batch) - puts(kept)
+                # nor are the writes stored before a checkpoint coalescing dropped read back
+                keep = {(i.ns, i.checkpoint_id) for i in kept if isinstance(i, Put)}
+                for i in batch:
+                    if isinstance(i, Put) and (i.ns, i.checkpoint_id) not in keep:
+                        self.orphans.pop((i.thread_id, i.ns, i.checkpoint_id), None)
             carried = list(st.flights)
             flight = Flight(kept)
             st.flights.append(flight)
@@ -263,11 +268,15 @@ class Buffer:
             f.stored = True
         batch = [i for f in st.flights[: at + 1] for i in f.items]
         del st.flights[: at + 1]
+        # Writes stored before their checkpoint is (still to come, or queued behind them):
+        # a read served from the buffer must find them until the checkpoint is stored too.
+        unstored = {(i.thread_id, i.ns, i.checkpoint_id) for i in st.items()
+                    if isinstance(i, Put)}
         for i in batch:
             key = (i.thread_id, i.ns, i.checkpoint_id)
             if isinstance(i, Put):
                 self.orphans.pop(key, None)
-            elif key not in self.seen:  # its checkpoint is still to come
+            elif key not in self.seen or key in unstored:
                 _remember(self.orphans, key, []).append(i)
         size = sum(i.size for i in batch)
         st.bytes = max(0, st.bytes - size)
