@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
 
+from langgraph_ckpt_ext.core.guard import read_heads
 from tests.support.common import LoopThread
 from tests.support.savers import (
     BACKENDS,
@@ -43,6 +45,16 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 def _stop_redis_cluster() -> Iterator[None]:
     yield
     stop_redis_cluster()
+
+
+@pytest.fixture(autouse=True)
+def _no_reads_of_earlier_tests() -> Iterator[None]:
+    """Each test starts as a new process would: no thread read in this context yet (the
+    heads one-writer-per-thread notes per context, `core.guard.read_heads`; tests reuse thread
+    ids, and some the same checkpoint ids, in storage of their own)."""
+    token = read_heads.set(MappingProxyType({}))
+    yield
+    read_heads.reset(token)
 
 
 @pytest.fixture(params=params(BACKENDS))

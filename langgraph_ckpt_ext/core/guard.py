@@ -4,13 +4,17 @@ one decision every backend applies to what it finds there, atomically with the w
 The rule (`writers="single"`), per thread and namespace, whose head is its newest checkpoint:
 
 - a put whose parent is the head chains onto it: allowed;
-- else, a put from a run that read the namespace (`get_tuple` stamps the head it saw into the
-  config it returns, `HEAD_KEY`, and LangGraph carries that config into every put of the run)
-  is allowed only if the head is still the one it saw: nothing was written since, so starting
-  from an older checkpoint is a deliberate fork (time travel, `update_state` on an old
-  checkpoint); a head written meanwhile means another run got there first: refused;
-- a put with no stamp comes from a run that found the namespace empty (`get_tuple` returned
-  nothing to stamp) or from a direct `put`: with a parent that is not the head it is refused
+- else, a put from a run that read the namespace is allowed only if the head is still the one
+  it saw: nothing was written since, so starting from an older checkpoint is a deliberate fork
+  (time travel, a copy fork, a subgraph's replay, `update_state` on an old checkpoint); a head
+  written meanwhile means another run got there first: refused. The head a read saw travels
+  in the reader's context, never in a config (`note_read`, `read_head`): `get_tuple` and a
+  listing of one namespace note it there, and LangGraph runs each put of a run in a copy of
+  the context its read ran in (a task, or a background thread given a copy). A wrapper whose
+  put is written later, elsewhere, carries it in the config it hands its inner checkpointer
+  (`carry_read`, `HEAD_KEY`: between our classes only);
+- a put with no read head comes from a run that found the namespace empty or from a direct
+  `put` (another thread, no read): with a parent that is not the head it is refused
   (another run chained onto the namespace meanwhile); with no parent it is allowed, unless
   it is a run's first checkpoint (`source="input"`, `step=-1`) and another run's checkpoint
   is there now: the race of two runs starting a new thread. Direct puts with no parent
@@ -25,10 +29,10 @@ demoted primary's writers. `last_wins` skips the head rule only.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import (
     ConcurrentWriteError,
@@ -39,14 +43,30 @@ from .errors import (
 )
 
 HEAD_KEY = "__lgx_head__"
-"""`configurable` key `get_tuple` stamps with the namespace's head as it read it."""
+"""`configurable` key a wrapper sets, in the config of a put it hands its inner checkpointer,
+to the head its caller read (`carry_read`). Never in a config a user or LangGraph sees."""
 LEASE_KEY = "__lgx_lease__"
 """`configurable` key carrying a lease's fencing token (`Lease.config`)."""
 
 WRITERS = ("single", "last_wins")
 
+T = TypeVar("T")
+
 LeaseRow = tuple[str, float]
 """A thread's lease as stored: (token, expires_at in the store's clock)."""
+
+ReadHeads = Mapping[tuple[str, str], str]
+"""(thread id, namespace) -> the head the last read of it in this context saw."""
+READS_KEPT = 256
+"""Namespaces a context remembers reads of, the most recent: a run reads a handful."""
+
+# Copied, never changed in place: a task or thread given a copy of the context keeps the reads
+# made before it started, and none that other runs make later.
+read_heads: contextvars.ContextVar[ReadHeads] = contextvars.ContextVar(
+    "lgckpt_read_heads", default=MappingProxyType({}))
+# set by `noted`: where the reads made by the coroutine it runs are collected too
+_notes: contextvars.ContextVar[dict[tuple[str, str], str | None] | None] = (
+    contextvars.ContextVar("lgckpt_read_notes", default=None))
 
 # thread_id -> token of the leases held by the code running in this context (`Lease`)
 held_leases: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
@@ -112,11 +132,91 @@ def apply_guard(epoch: int | None) -> Guard | None:
     return None if epoch is None else Guard(False, epoch=epoch, apply=True)
 
 
+def adopt_reads(notes: Mapping[tuple[str, str], str | None]) -> None:
+    """Record reads in this context: each namespace's head as read (None: found empty)."""
+    if not notes:
+        return
+    heads = dict(read_heads.get())
+    for key, head in notes.items():
+        heads.pop(key, None)  # most recent last
+        if head is not None:
+            heads[key] = head
+    while len(heads) > READS_KEPT:
+        del heads[next(iter(heads))]
+    read_heads.set(MappingProxyType(heads))
+
+
+def note_read(thread_id: str, ns: str, head: str | None,
+              sink: dict[tuple[str, str], str | None] | None = None) -> None:
+    """A read of the namespace saw `head` (None: it is empty): recorded in this context, in
+    `sink` if given and in the one `noted` collects into, for a sync entry point to record it
+    in its caller's context (the coroutine ran on the bridge's loop, in a copy of it)."""
+    notes = {(thread_id, ns): head}
+    adopt_reads(notes)
+    for target in (sink, _notes.get()):
+        if target is not None:
+            target.update(notes)
+
+
+async def noted(coro: Awaitable[T]) -> tuple[T, dict[tuple[str, str], str | None]]:
+    """(what `coro` returns, the reads it noted): for `adopt_reads` in the caller's context."""
+    sink: dict[tuple[str, str], str | None] = {}
+    token = _notes.set(sink)
+    try:
+        result = await coro
+    finally:
+        _notes.reset(token)
+    return result, sink
+
+
+def adopting(items: Iterator[T], notes: Mapping[tuple[str, str], str | None]) -> Iterator[T]:
+    """A sync listing driven on the bridge's loop, recording the reads its async listing
+    noted (in `notes`) in the context that iterates it: before its first item, and at its end.
+    """
+    first = True
+    for item in items:
+        if first:
+            adopt_reads(notes)
+            first = False
+        yield item
+    adopt_reads(notes)
+
+
+def read_head(thread_id: str, ns: str) -> str | None:
+    """The head this context last read of the namespace, if it did."""
+    return read_heads.get().get((thread_id, ns))
+
+
+def _counts_read(parent: object, metadata: Mapping[str, Any]) -> bool:
+    """Whether a read in the writer's context counts for a put: one that continues from a
+    checkpoint, or a run's first one. A direct put with no parent is no run's, whatever its
+    context read before."""
+    return parent is not None or (metadata.get("source") == "input"
+                                  and metadata.get("step") == -1)
+
+
+def carry_read(config: Any, metadata: Mapping[str, Any]) -> Any:
+    """`config` carrying the head this context read of its namespace (`HEAD_KEY`), for the
+    put of `metadata` written where this context is not seen (the sync bridge's loop, a later
+    flush); the config as it is otherwise. Only ever handed to an inner checkpointer."""
+    conf = config.get("configurable") if isinstance(config, Mapping) else None
+    if not isinstance(conf, Mapping) or conf.get("thread_id") is None or conf.get(HEAD_KEY):
+        return config
+    if not _counts_read(conf.get("checkpoint_id"), metadata):
+        return config
+    head = read_head(str(conf["thread_id"]), str(conf.get("checkpoint_ns") or ""))
+    if head is None:
+        return config
+    return {**config, "configurable": {**conf, HEAD_KEY: head}}
+
+
 def put_guard(config: Mapping[str, Any], metadata: Mapping[str, Any], parent: str | None,
               thread_id: str, *, single: bool, epoch: int | None) -> Guard:
     conf = config.get("configurable") or {}
-    stamp = conf.get(HEAD_KEY)
     fresh = parent is None and metadata.get("source") == "input" and metadata.get("step") == -1
+    stamp = conf.get(HEAD_KEY)
+    if not stamp and _counts_read(parent, metadata):
+        stamp = read_head(thread_id, str(conf.get("checkpoint_ns") or ""))
     return Guard(single, stamp if isinstance(stamp, str) and stamp else None, fresh,
                  lease_token(config, thread_id), epoch)
 

@@ -23,7 +23,7 @@ from .base import PAGE, SaverBase
 from .chain import ParentWalk
 from .config import check_ids, checkpoint_id_of, checkpoint_ns_of, make_config, thread_id_of
 from .filters import matches, validate_filter
-from .guard import HEAD_KEY
+from .guard import note_read
 from .rows import CheckpointRow, ListQuery, WriteRow
 from .telemetry import config_thread
 from .upgrade import upgrade_read
@@ -46,6 +46,8 @@ class Reading(SaverBase):
         asked = checkpoint_id_of(config)
         found = await self._store.read_tuple(thread_id, ns, asked, wanted)
         if found is None:
+            if asked is None and self._single:
+                note_read(thread_id, ns, None)  # found empty: no head to keep to
             return None
         row, blobs, writes = found
         tup = self._tuple(row, headers[row.checkpoint_id], blobs, to_read, writes)
@@ -56,8 +58,7 @@ class Reading(SaverBase):
         if asked is not None:
             newest = await self._store.read_checkpoint(thread_id, ns, None)
             head = None if newest is None else newest.checkpoint_id
-        if head is not None:
-            tup.config["configurable"][HEAD_KEY] = head
+        note_read(thread_id, ns, head)
         return tup
 
     def _tuple(
@@ -95,26 +96,46 @@ class Reading(SaverBase):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        items = self._alist(config, filter, before, limit)
+        return self._listing(config, filter, before, limit)
+
+    def _listing(self, config: RunnableConfig | None, filter: dict[str, Any] | None,
+                 before: RunnableConfig | None, limit: int | None,
+                 notes: dict[tuple[str, str], str | None] | None = None
+                 ) -> AsyncIterator[CheckpointTuple]:
+        """`alist`; the head of the namespace it lists is also noted in `notes`."""
+        items = self._alist(config, filter, before, limit, notes)
         if not self.telemetry.on:
             return items
         return self.telemetry.listing(
             self.db_system, None if config is None else config_thread(config), items)
 
     async def _alist(self, config: RunnableConfig | None, filter: dict[str, Any] | None,
-                     before: RunnableConfig | None, limit: int | None
+                     before: RunnableConfig | None, limit: int | None,
+                     notes: dict[tuple[str, str], str | None] | None
                      ) -> AsyncIterator[CheckpointTuple]:
         """`alist`, untraced."""
         flt = validate_filter(filter)
         if limit is not None and limit <= 0:
             return
         query = list_query(config, before)
+        # A listing of one namespace is a read of it (LangGraph replays a subgraph from the
+        # checkpoint it lists): its head is noted as `get_tuple` notes it (`core.guard`).
+        head_of = ((query.thread_id, query.checkpoint_ns) if self._single
+                   and query.thread_id is not None and query.checkpoint_ns is not None
+                   and query.checkpoint_id is None else None)
+        if head_of is not None and (query.before is not None or flt):
+            newest = await self._store.read_checkpoint(*head_of, None)
+            note_read(*head_of, None if newest is None else newest.checkpoint_id, notes)
+            head_of = None
         left = limit
         page: builtins.list[CheckpointRow] = []
         metadata: dict[int, CheckpointMetadata] = {}  # decoded for the filter: reused
         rows = self._store.iter_checkpoints(replace(query, replica=True))
         try:
             async for row in rows:
+                if head_of is not None:  # newest first: the head
+                    note_read(*head_of, row.checkpoint_id, notes)
+                    head_of = None
                 if flt:
                     md = self._metadata(row)
                     if not matches(md, flt):
@@ -129,6 +150,8 @@ class Reading(SaverBase):
                     page, metadata = [], {}
                     if left == 0:
                         return
+            if head_of is not None:
+                note_read(*head_of, None, notes)  # found empty
             for tup in await self._load(page, metadata):
                 yield tup
         finally:

@@ -37,7 +37,7 @@ from .config import check_id
 from .errors import InvalidConfigError
 from .failures import unavailable
 from .filters import validate_filter
-from .guard import check_writers, with_held_lease
+from .guard import adopt_reads, adopting, carry_read, check_writers, noted, with_held_lease
 from .keys import KeyProvider
 from .leases import Lease
 from .lifecycle import Lifecycle
@@ -242,7 +242,10 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
     # -- the sync twins -------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self.run_sync(self.aget_tuple(config))
+        # read on the bridge's loop: the head it saw is recorded in this, the caller's, context
+        tup, notes = self.run_sync(noted(self.aget_tuple(config)))
+        adopt_reads(notes)
+        return tup
 
     def list(
         self,
@@ -254,7 +257,9 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
     ) -> Iterator[CheckpointTuple]:
         validate_filter(filter)  # raise here, not at the first next()
         list_query(config, before)
-        return self._sync_iter(self.alist(config, filter=filter, before=before, limit=limit))
+        notes: dict[tuple[str, str], str | None] = {}
+        return adopting(self._sync_iter(self._listing(config, filter, before, limit, notes)),
+                        notes)
 
     def put(
         self,
@@ -263,8 +268,8 @@ class StoreCheckpointer(Lifecycle, Batches, Reading):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self.run_sync(self.aput(with_held_lease(config), checkpoint, metadata,
-                                       new_versions))
+        return self.run_sync(self.aput(carry_read(with_held_lease(config), metadata),
+                                       checkpoint, metadata, new_versions))
 
     def put_writes(
         self,

@@ -4,7 +4,11 @@ may construct only allowlisted classes)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import enum
+import sys
 
+from langgraph.checkpoint.serde import jsonplus
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -20,11 +24,64 @@ _OWN_TYPES = tuple(
 )
 
 
+class LoadedDataTypes(frozenset[tuple[str, ...]]):
+    """An allowlist of (module, class name) that also holds every data type the application
+    already loaded: a class found in a module that is imported (never importing one), that is
+    an `Enum`, a dataclass, a `NamedTuple`, a pydantic (v1 or v2) model or one of LangChain's
+    serializable objects. So a state's own types come back as themselves, as with LangGraph's
+    savers, while a stored blob still cannot import a module, call a function or build any
+    other class. LangGraph's `with_msgpack_allowlist` (strict mode) makes a plain set of its
+    entries: exactly the types it lists, nothing loaded."""
+
+    def __contains__(self, key: object) -> bool:
+        return frozenset.__contains__(self, key) or loaded_data_type(key)
+
+
+def loaded_data_type(key: object) -> bool:
+    """Whether `key`, (module, class name), names a data type of a module already imported."""
+    if not (isinstance(key, tuple) and len(key) == 2
+            and all(isinstance(part, str) for part in key)):
+        return False
+    module = sys.modules.get(key[0])
+    if module is None:
+        return False
+    # the module's own namespace: a module-level __getattr__ could import
+    found = vars(module).get(key[1])
+    return isinstance(found, type) and _is_data_type(found)
+
+
+def _is_data_type(cls: type) -> bool:
+    if issubclass(cls, enum.Enum) or dataclasses.is_dataclass(cls):
+        return True
+    if issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple):
+        return True  # a NamedTuple
+    return any((base.__module__, base.__qualname__) in _DATA_BASES for base in cls.__mro__)
+
+
+# pydantic's models (v2, and v1 in either package) and LangChain's serializable objects
+_DATA_BASES = {("pydantic.main", "BaseModel"), ("pydantic.v1.main", "BaseModel"),
+               ("langchain_core.load.serializable", "Serializable")}
+
+
 def strict_serde() -> SerializerProtocol:
     """LangGraph's serializer, strict: a stored blob may construct only LangGraph's safe types,
-    the typed parts of our `AgentState`, and the types the graph's state schema allows (LangGraph
-    adds those when the graph compiles)."""
-    return JsonPlusSerializer(allowed_msgpack_modules=_OWN_TYPES)
+    the typed parts of our `AgentState`, the data types the application loaded
+    (`LoadedDataTypes`), or, when LangGraph gives an allowlist (`with_allowlist`), exactly the
+    types it names."""
+    return _with_loaded_types(JsonPlusSerializer(allowed_msgpack_modules=_OWN_TYPES))
+
+
+def _with_loaded_types(serde: JsonPlusSerializer) -> JsonPlusSerializer:
+    """`serde` (made with an explicit allowlist) also loading the data types loaded. LangGraph
+    keeps the allowlist in a private attribute that its ext hook closes over: both are set
+    again here, as its own `with_msgpack_allowlist` does."""
+    allowed = getattr(serde, "_allowed_msgpack_modules", None)
+    hook = getattr(jsonplus, "_create_msgpack_ext_hook", None)
+    if not isinstance(allowed, (set, frozenset)) or hook is None:
+        return serde  # another LangGraph than the one this was written for: strict as it is
+    serde._allowed_msgpack_modules = LoadedDataTypes(allowed)  # type: ignore[assignment]
+    serde._unpack_ext_hook = hook(serde._allowed_msgpack_modules)
+    return serde
 
 
 def loading_serde(
@@ -92,4 +149,6 @@ def _strict_jsonplus(serde: JsonPlusSerializer) -> JsonPlusSerializer:
         allowed_json_modules=json_modules if isinstance(json_modules, (set, frozenset)) else None,
         allowed_msgpack_modules=sorted(allowed),
     )
-    return clone
+    # LangGraph's default (every class): the data types loaded; a list of the caller's (or
+    # None, LangGraph's strict mode) stays exactly that
+    return _with_loaded_types(clone) if msgpack is True else clone

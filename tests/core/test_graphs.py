@@ -332,3 +332,136 @@ def test_long_thread_300_turns(backend: str, tmp_path: Path, mode: str, loop_thr
             scenario(api)
     finally:
         h.close()
+
+
+def _configs(found: Any, out: list[Any]) -> list[Any]:
+    """Every config (a dict with "configurable") in what a graph call returned, in order."""
+    if isinstance(found, dict):
+        if "configurable" in found:
+            out.append(found)
+        for value in found.values():
+            _configs(value, out)
+    elif isinstance(found, list | tuple):
+        for value in found:
+            _configs(value, out)
+    elif hasattr(found, "_asdict"):  # StateSnapshot, CheckpointTuple
+        _configs(found._asdict(), out)
+    return out
+
+
+def _normalized(configs: list[Any]) -> list[Any]:
+    """The configs with each checkpoint id replaced by the order it first appeared in (ids are
+    time-based: two savers' runs never share them; everything else must be equal)."""
+    ids: dict[str, str] = {}
+
+    def norm(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: norm(v) for k, v in sorted(value.items())}
+        if isinstance(value, str) and len(value) == 36 and value.count("-") == 4:
+            return ids.setdefault(value, f"#{len(ids)}")
+        return value
+
+    return [norm(c) for c in configs]
+
+
+def _config_flows(api: Api, graph: Any) -> list[Any]:
+    """What LangGraph hands a user, as configs: stream events of a run that pauses, state and
+    history, a copy fork and an edit of an old checkpoint, a resume from the fork."""
+    events = api.stream(graph, {"request": "deploy", "log": []}, cfg("c"),
+                        stream_mode=["checkpoints", "debug", "values"])
+    paused = api.state(graph, cfg("c"))
+    history = api.history(graph, cfg("c"))
+    copied = api.update(graph, paused.config, None, as_node="__copy__")
+    edited = api.update(graph, history[-2].config, {"log": ["edited"]})
+    resumed = api.stream(graph, Command(resume="yes"), copied, stream_mode=["checkpoints"])
+    return [events, paused, history, copied, edited, resumed, api.state(graph, cfg("c")),
+            api.history(graph, cfg("c"))]
+
+
+def test_configs_are_exactly_langgraphs(graph_saver: Any, run: Any) -> None:
+    """No key of ours in any config LangGraph hands out (streamed, state, history, forks), and
+    LangGraph's own fork paths never refused: the same configs, field by field, as
+    InMemorySaver's, ids aside."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    ours = run(lambda api: _config_flows(api, approval_graph().compile(checkpointer=graph_saver)))
+    theirs = run(lambda api: _config_flows(
+        api, approval_graph().compile(checkpointer=InMemorySaver())))
+    mine, reference = _normalized(_configs(ours, [])), _normalized(_configs(theirs, []))
+    assert len(mine) == len(reference) > 20
+    for got, want in zip(mine, reference, strict=True):
+        assert got == want
+
+
+def _stateful_subgraph_replay(api: Api, checkpointer: Any) -> list[Any]:
+    """A parent whose subgraph keeps its own state across runs (`checkpointer=True`), run
+    twice, then replayed from a checkpoint of the first run: the subgraph's first put of the
+    replay comes from the checkpoint LangGraph lists for it (`list(before=..., limit=1)`)."""
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    class Sub(TypedDict):
+        count: int
+
+    class Parent(TypedDict):
+        count: int
+        seen: list[int]
+
+    def bump(state: Sub) -> dict[str, Any]:
+        return {"count": state.get("count", 0) + 1}
+
+    sub = StateGraph(Sub)
+    sub.add_node("bump", bump)
+    sub.add_edge(START, "bump")
+    sub.add_edge("bump", END)
+    child = sub.compile(checkpointer=True)
+
+    def call(state: Parent) -> dict[str, Any]:
+        out = child.invoke({"count": state.get("count", 0)})
+        return {"count": out["count"], "seen": [*state.get("seen", []), out["count"]]}
+
+    b = StateGraph(Parent)
+    b.add_node("call", call)
+    b.add_edge(START, "call")
+    b.add_edge("call", END)
+    graph = b.compile(checkpointer=checkpointer)
+    first = api.invoke(graph, {"count": 0, "seen": []}, cfg("s"))
+    second = api.invoke(graph, {"count": 5, "seen": []}, cfg("s"))
+    before_call = [s for s in api.history(graph, cfg("s")) if s.next == ("call",)][-1]
+    replayed = api.invoke(graph, None, before_call.config)
+    again = api.invoke(graph, {"count": 0, "seen": []}, cfg("s"))
+    return [first, second, replayed, again, api.state(graph, cfg("s")).values]
+
+
+def test_a_replay_through_a_stateful_subgraph_is_not_refused(graph_saver: Any, run: Any
+                                                            ) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    assert run(lambda api: _stateful_subgraph_replay(api, graph_saver)) == run(
+        lambda api: _stateful_subgraph_replay(api, InMemorySaver()))
+
+
+def _typed_flow(api: Api, checkpointer: Any) -> list[Any]:
+    from tests.support.typed_state import typed_graph
+
+    graph = typed_graph().compile(checkpointer=checkpointer)
+    api.invoke(graph, {}, cfg("ty"))
+    paused = api.state(graph, cfg("ty")).values
+    api.invoke(graph, Command(resume="yes"), cfg("ty"))
+    final = api.state(graph, cfg("ty")).values
+    return [{k: (type(v), v) for k, v in paused.items()},
+            {k: (type(v), v) for k, v in final.items()}]
+
+
+def test_the_applications_own_types_come_back_as_themselves(graph_saver: Any, run: Any
+                                                            ) -> None:
+    """Default settings: an Enum, a dataclass, a NamedTuple, pydantic v1/v2 models, LangChain's
+    agent types and messages come back with their types, as InMemorySaver returns them."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from tests.support.typed_state import values
+
+    ours = run(lambda api: _typed_flow(api, graph_saver))
+    assert ours == run(lambda api: _typed_flow(api, InMemorySaver()))
+    assert ours[1]["seen"][1] == [type(v).__name__ for _, v in sorted(values().items())]

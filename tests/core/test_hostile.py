@@ -145,6 +145,55 @@ def test_planted_class_is_not_constructed_whatever_serializer_is_given(
         assert (bool(built), marker.exists()) == (unsafe, unsafe), kind
 
 
+def _plant(h: SaverHandle, thread: str, payload: bytes) -> Any:
+    """Store a checkpoint, replace its value's bytes by `payload`, and read it back as a
+    process that did not write it would."""
+    cp = h.saver
+    version = cp.get_next_version(None)
+    stored = cp.put(conf(thread), _checkpoint("c1", {"v": {"a": 1}}, version), {},
+                    {"v": version})
+    raw = Raw(h)
+    try:
+        raw.set_blob(thread, "v", version_key(version), ("msgpack", payload))
+    finally:
+        raw.close()
+    cp._log.forget(thread)
+    return cp.get_tuple(stored).checkpoint["channel_values"]["v"]  # type: ignore[union-attr]
+
+
+def test_a_data_type_of_a_module_not_imported_is_never_imported(
+    savers: Callable[..., SaverHandle], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The data types the application loaded come back as themselves, by default; a blob
+    naming a module nobody imported does not import it (its import would run its code), and
+    a class that is not a data type (`Marker`, `subprocess.Popen`) is never built."""
+    import subprocess
+    import sys
+
+    from tests.support.typed_state import Point
+
+    module = "lgx_planted_module"
+    marker = tmp_path / "imported"
+    (tmp_path / f"{module}.py").write_text(
+        f"from pathlib import Path\nPath({str(marker)!r}).write_text('imported')\n"
+        "import dataclasses\n@dataclasses.dataclass\nclass Point:\n    x: int\n    y: int\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    h = savers()
+
+    def ext(mod: str, name: str, args: Any) -> bytes:
+        return ormsgpack.packb([ormsgpack.Ext(2, ormsgpack.packb([mod, name, args]))])
+
+    own = _plant(h, "own", ext(Point.__module__, "Point", {"x": 1, "y": 2}))
+    assert own == [Point(1, 2)]
+    far = _plant(h, "far", ext(module, "Point", {"x": 1, "y": 2}))
+    assert far == [{"x": 1, "y": 2}] and not marker.exists() and module not in sys.modules
+    popen = _plant(h, "popen", ormsgpack.packb([ormsgpack.Ext(1, ormsgpack.packb(
+        ["subprocess", "Popen", [["touch", str(marker)]]]))]))
+    assert not any(isinstance(v, subprocess.Popen) for v in popen) and not marker.exists()
+    built = _plant(h, "marker", _msgpack_marker(marker))
+    assert not any(isinstance(v, Marker) for v in built) and not marker.exists()
+
+
 class _OwnFormat:
     """A serializer of another kind: this checkpointer cannot tell what it builds."""
 

@@ -10,6 +10,7 @@ real every time (each run reads, writes its input checkpoint, then waits for the
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,12 +114,13 @@ def test_time_travel_flows_stay_legal(handle: SaverHandle) -> None:
 def test_a_put_refused_stores_nothing(handle: SaverHandle) -> None:
     cp = handle.inner
     graph, config = started(cp, "n")
-    stale = cp.get_tuple(config)  # a run reads ...
+    run = contextvars.Context()  # a run's context: the head it read is noted there
+    stale = run.run(cp.get_tuple, config)  # a run reads ...
     graph.invoke(Command(resume="yes"), config)  # ... another writes meanwhile
     before = len(history(cp, "n"))
     ckpt = {**stale.checkpoint, "id": later_id()}
     with pytest.raises(ConcurrentWriteError) as info:
-        cp.put(stale.config, ckpt, {"source": "loop", "step": 99}, {})
+        run.run(cp.put, stale.config, ckpt, {"source": "loop", "step": 99}, {})
     assert info.value.thread_id == "n" and "another run" in str(info.value)
     assert len(history(cp, "n")) == before
     assert cp.get_tuple(cfg("n", checkpoint_id=ckpt["id"])) is None
@@ -126,8 +128,8 @@ def test_a_put_refused_stores_nothing(handle: SaverHandle) -> None:
     fresh = cp.get_tuple(config)
     ok = {**fresh.checkpoint, "id": later_id()}
     with pytest.raises(ConcurrentWriteError):
-        cp.put_batch([("put", fresh.config, ok, {"source": "loop", "step": 7}, {}),
-                      ("put", stale.config, ckpt, {"source": "loop", "step": 99}, {})])
+        run.run(cp.put_batch, [("put", fresh.config, ok, {"source": "loop", "step": 7}, {}),
+                               ("put", stale.config, ckpt, {"source": "loop", "step": 99}, {})])
     assert len(history(cp, "n")) == before
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,7 +36,7 @@ from langgraph_ckpt_ext import (
     ThreadDeletedError,
     ThreadLeasedError,
 )
-from langgraph_ckpt_ext.core.guard import HEAD_KEY
+from langgraph_ckpt_ext.core.guard import HEAD_KEY, read_head
 from langgraph_ckpt_ext.core.saver import StoreCheckpointer
 from langgraph_ckpt_ext.strategies.smart.policies import OnEvents, Periodic
 from tests.strategies.test_smart import GatedStore, _astored_plan, _checkpoint
@@ -187,19 +188,18 @@ def test_smart_refusal_reaches_the_run_that_wrote(handle: SaverHandle) -> None:
         graph = steps_graph().compile(checkpointer=cp)
         graph.invoke({"log": ["start"]}, config)
         cp.flush()
-        read = cp.get_tuple(config)
+        run = contextvars.Context()  # the run's context: the head it read is noted there
+        read = run.run(cp.get_tuple, config)
         nxt = {**read.checkpoint, "id": later_id()}
-        mine = cp.put(read.config, nxt, {"source": "loop", "step": 9}, {})  # buffered
+        mine = run.run(cp.put, read.config, nxt, {"source": "loop", "step": 9}, {})  # buffered
         steps_graph().compile(checkpointer=other).invoke({"log": ["other"]}, config)
         with pytest.raises(ConcurrentWriteError):
             cp.flush()
         with pytest.raises(ConcurrentWriteError):
-            cp.put_writes(mine, [("log", "late")], "task-1")
+            run.run(cp.put_writes, mine, [("log", "late")], "task-1")
         after = {**nxt, "id": later_id()}
         with pytest.raises(ConcurrentWriteError):
-            cp.put({**mine, "configurable": {**mine["configurable"],
-                                             HEAD_KEY: read.config["configurable"][HEAD_KEY]}},
-                   after, {"source": "loop", "step": 10}, {})
+            run.run(cp.put, mine, after, {"source": "loop", "step": 10}, {})
         assert cp.metrics.buffered == 0
         assert cp.get_tuple(cfg("r", checkpoint_id=nxt["id"])) is None
         graph.invoke({"log": ["fresh read"]}, config)  # a new run reads again: welcome
@@ -207,9 +207,16 @@ def test_smart_refusal_reaches_the_run_that_wrote(handle: SaverHandle) -> None:
         assert_one_chain(handle.inner, "r")
 
 
-def test_smart_reads_from_the_buffer_stamp_the_merged_head(handle: SaverHandle) -> None:
+def read_and_note(cp: Any, config: Any) -> str | None:
+    """Read `config` through `cp`; the head the read noted in this context."""
+    cp.get_tuple(config)
+    return read_head(config["configurable"]["thread_id"],
+                     config["configurable"].get("checkpoint_ns", ""))
+
+
+def test_smart_reads_from_the_buffer_note_the_merged_head(handle: SaverHandle) -> None:
     """Time travel from checkpoints still buffered: `update_state` on an old checkpoint and
-    a run from one are deliberate forks (the stamp is the buffered head), a stale reader is
+    a run from one are deliberate forks (the head noted is the buffered one), a stale reader is
     refused."""
     with SmartCheckpointer(handle.inner, LATER) as cp:
         graph = steps_graph().compile(checkpointer=cp)
@@ -217,14 +224,15 @@ def test_smart_reads_from_the_buffer_stamp_the_merged_head(handle: SaverHandle) 
         graph.invoke({"log": ["start"]}, config)
         cp.flush()
         graph.invoke({"log": ["more"]}, config)  # buffered on top of the stored ones
-        stale = cp.get_tuple(config)  # a run reads, before the forks below
+        run = contextvars.Context()  # a run's context: the head it read is noted there
+        stale = run.run(cp.get_tuple, config)  # a run reads, before the forks below
         states = list(graph.get_state_history(config))
         head = states[0].config["configurable"]["checkpoint_id"]
-        assert cp.get_tuple(config).config["configurable"][HEAD_KEY] == head
-        stored_old = states[-1].config  # stored, read through the inner one: stamped too
-        assert cp.get_tuple(stored_old).config["configurable"][HEAD_KEY] == head
+        stored_old = states[-1].config  # stored, read through the inner one: noted too
         buffered_old = states[2].config  # buffered
-        assert cp.get_tuple(buffered_old).config["configurable"][HEAD_KEY] == head
+        for read in (config, stored_old, buffered_old):
+            noted = contextvars.Context().run(read_and_note, cp, read)
+            assert noted == head and HEAD_KEY not in str(cp.get_tuple(read))
         graph.update_state(buffered_old, {"log": ["edited"]})  # a fork, from the buffer
         graph.invoke(None, graph.get_state(config).config)
         forked = next(iter(graph.get_state_history(config))).config
@@ -233,8 +241,8 @@ def test_smart_reads_from_the_buffer_stamp_the_merged_head(handle: SaverHandle) 
         assert len(history(handle.inner, "tt")) == len(history(cp, "tt"))
         assert cp.get_tuple(forked) is not None
         # the run that read before those writes is refused
-        cp.put(stale.config, {**stale.checkpoint, "id": later_id()},
-               {"source": "loop", "step": 9}, {})
+        run.run(cp.put, stale.config, {**stale.checkpoint, "id": later_id()},
+                {"source": "loop", "step": 9}, {})
         with pytest.raises(ConcurrentWriteError):
             cp.flush()
 

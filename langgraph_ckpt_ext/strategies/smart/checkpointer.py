@@ -44,6 +44,7 @@ from ...connecting import around
 from ...core.bridge import either, run_inline
 from ...core.config import thread_id_of
 from ...core.errors import ConcurrentWriteError, InvalidConfigError
+from ...core.guard import carry_read
 from ...core.lifetime import Lifetime
 from ...core.opening import Opening
 from ...core.retention import ErasureReport, SweepReport
@@ -211,6 +212,8 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, LifecycleForwarded
     async def _put(self, config: RunnableConfig, checkpoint: Checkpoint,
                    metadata: CheckpointMetadata, new_versions: ChannelVersions, sync: bool
                    ) -> RunnableConfig:
+        if self._flusher.single:  # flushed later, maybe from another thread: the read goes along
+            config = carry_read(config, metadata)
         item, out = self._encoder.put(self.serde, config, checkpoint, metadata, new_versions)
         if await self._queue_apart(item, sync):
             await self._write_now(item, sync)
@@ -281,22 +284,23 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, LifecycleForwarded
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return run_inline(read_tuple(self.inner, self._snapshot, config, sync=True,
-                                     stamp=self._flusher.single))
+                                     single=self._flusher.single))
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await read_tuple(self.inner, self._snapshot, config, sync=False,
-                                stamp=self._flusher.single)
+                                single=self._flusher.single)
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None, limit: int | None = None
              ) -> Iterator[CheckpointTuple]:
-        return iterate_closing(
-            listing(self.inner, self._snapshot, config, filter, before, limit, sync=True))
+        return iterate_closing(listing(self.inner, self._snapshot, config, filter, before, limit,
+                                       sync=True, single=self._flusher.single))
 
     def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
               before: RunnableConfig | None = None, limit: int | None = None
               ) -> AsyncIterator[CheckpointTuple]:
-        return listing(self.inner, self._snapshot, config, filter, before, limit, sync=False)
+        return listing(self.inner, self._snapshot, config, filter, before, limit, sync=False,
+                       single=self._flusher.single)
 
     # -- everything else: written first, then the inner checkpointer --------------------------
 

@@ -22,7 +22,7 @@ from ...core import codec
 from ...core.bridge import either
 from ...core.config import checkpoint_id_of, checkpoint_ns_of, make_config, thread_id_of
 from ...core.filters import matches, validate_filter
-from ...core.guard import HEAD_KEY
+from ...core.guard import note_read, read_head
 from .._forward import either_each
 from .items import Item, Put, Writes, decoded_checkpoint
 
@@ -31,54 +31,63 @@ Snapshot = Callable[[str | None], list[Item]]
 
 
 async def read_tuple(inner: BaseCheckpointSaver[Any], snapshot: Snapshot,
-                     config: RunnableConfig, sync: bool, stamp: bool = False
+                     config: RunnableConfig, sync: bool, single: bool = False
                      ) -> CheckpointTuple | None:
     """`get_tuple`: from the buffer, else the inner checkpointer's with the buffered writes.
-    `stamp`: the tuple carries the namespace's head as buffer and store together show it
-    (`core.guard.HEAD_KEY`), as the inner checkpointer stamps what it reads."""
+    `single`: the namespace's head as buffer and store together show it is noted as read
+    (`core.guard.note_read`), as the inner checkpointer notes what it reads."""
     items = snapshot(thread_id_of(config))
     tup, answered = buffered_tuple(config, items)
     if not answered:
         tup = merge(await either(sync, inner.get_tuple, inner.aget_tuple, config), items)
-    return stamped(tup, items) if stamp else tup
+    if single:
+        note_buffered_head(thread_id_of(config), checkpoint_ns_of(config), items)
+    return tup
 
 
-def stamped(tup: CheckpointTuple | None, items: list[Item]) -> CheckpointTuple | None:
-    """`tup` stamped with its namespace's head: the newest checkpoint buffered, if newer
-    than the head the inner checkpointer stamped (what is buffered goes on top of it)."""
-    if tup is None:
-        return None
-    conf = tup.config["configurable"]
-    ns = conf.get("checkpoint_ns", "")
+def note_buffered_head(thread_id: str, ns: str, items: list[Item]) -> None:
+    """The namespace's head as read: the newest checkpoint buffered, if newer than the head
+    the inner checkpointer noted (what is buffered goes on top of it)."""
     head = max((p.checkpoint_id for p in items if isinstance(p, Put) and p.ns == ns),
                default=None)
-    stored = conf.get(HEAD_KEY)
-    if head is not None and (not isinstance(stored, str) or head > stored):
-        conf[HEAD_KEY] = head
-    return tup
+    stored = read_head(thread_id, ns)
+    if head is not None and (stored is None or head > stored):
+        note_read(thread_id, ns, head)
 
 
 async def listing(
     inner: BaseCheckpointSaver[Any], snapshot: Snapshot, config: RunnableConfig | None,
     filter: dict[str, Any] | None, before: RunnableConfig | None, limit: int | None,
-    sync: bool,
+    sync: bool, single: bool = False,
 ) -> AsyncGenerator[CheckpointTuple, None]:
     """`list`: buffered checkpoints merged into the inner checkpointer's listing, newest
-    first."""
+    first. `single`: a listing of one namespace notes its head as `read_tuple` does."""
     flt = validate_filter(filter)
-    thread_id = ((config or {}).get("configurable") or {}).get("thread_id") or None
+    conf = (config or {}).get("configurable") or {}
+    thread_id = conf.get("thread_id") or None
     items = snapshot(None if thread_id is None else str(thread_id))
+
+    def note() -> None:  # after the inner listing noted the stored head, if it did
+        if single and thread_id is not None and conf.get("checkpoint_ns") is not None:
+            note_buffered_head(str(thread_id), str(conf["checkpoint_ns"]), items)
+
     merged = Merge(buffered_list(config, flt, before, items), items, limit)
+    note()
     if merged.full():
         return
     stored = either_each(sync, inner.list, inner.alist, config, filter=filter, before=before,
                          limit=limit)
+    first = True
     async with contextlib.aclosing(stored):
         async for tup in stored:
+            if first:
+                note()
+                first = False
             for out in merged.feed(tup):
                 yield out
             if merged.full():
                 return
+    note()
     for out in merged.rest():
         yield out
 
