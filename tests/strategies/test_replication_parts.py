@@ -160,7 +160,6 @@ def test_sync_calls_run_inline_even_inside_an_event_loop() -> None:
     try:
         got, listed = asyncio.run(main())
         assert got is not None and got.pending_writes == [("task", "x", 1)]
-        # (get_tuple's config also carries the head it read: `core.guard.HEAD_KEY`)
         assert [t.config["configurable"]["checkpoint_id"] for t in listed] == [
             got.config["configurable"]["checkpoint_id"]]
         assert cp.flush(5)

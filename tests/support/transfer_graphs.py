@@ -16,7 +16,6 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import StateGraph
 from langgraph.types import Command, Interrupt
 
-from langgraph_ckpt_ext.core.guard import HEAD_KEY
 from tests.support.graphs import approval_graph, chat_graph, human, subgraph_graph
 from tests.support.savers import PG_DSN, drop_pg_schemas
 
@@ -125,12 +124,8 @@ def history(graph: Any, thread: str) -> list[Any]:
             [(t.name, [i.value for i in t.interrupts]) for t in s.tasks],
         ))
     latest = graph.get_state(cfg(thread), subgraphs=True)
-    out.append([(t.name, t.state.values, t.state.next, _unstamped(t.state.config))
+    out.append([(t.name, t.state.values, t.state.next, t.state.config)
                 for t in latest.tasks if t.state is not None])
     return out
 
 
-def _unstamped(config: Any) -> Any:
-    """A state's config without the head our checkpointers stamp into it (`core.guard`)."""
-    conf = {k: v for k, v in config["configurable"].items() if k != HEAD_KEY}
-    return {**config, "configurable": conf}

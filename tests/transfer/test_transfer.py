@@ -303,9 +303,10 @@ class Point:
     y: int
 
 
-def test_blocked_types_are_reported(tmp_path: Path) -> None:
+def test_blocked_types_are_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A source whose serde does not allow a class reads its values as plain data: the copy
-    says which classes, so that the user can allow them."""
+    says which classes, so that the user can allow them. (A data type of a module the process
+    loaded is allowed by default: the process copying here has not loaded this one.)"""
     allowing = JsonPlusSerializer(allowed_msgpack_modules=[("tests.transfer.test_transfer", "Point")])
     writer = SQLiteCheckpointer(tmp_path / "typed.db", serde=allowing)
     cp = empty_checkpoint()
@@ -315,7 +316,9 @@ def test_blocked_types_are_reported(tmp_path: Path) -> None:
     writer.close()
     strict = SQLiteCheckpointer(tmp_path / "typed.db")
     try:
-        report = copy_threads(strict, InMemoryCheckpointer())
+        with monkeypatch.context() as m:
+            m.delitem(sys.modules, __name__)
+            report = copy_threads(strict, InMemoryCheckpointer())
         assert report.blocked_types == ("tests.transfer.test_transfer.Point",)
         assert "read as plain data: tests.transfer.test_transfer.Point" in report.summary()
     finally:
