@@ -14,7 +14,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/venv.sh"
 
-MATRIX="langgraph-memory,memory,sqlite,postgres,redis,redis-cluster,smart-events:sqlite,smart-every:postgres,smart-periodic:sqlite,smart-hybrid:redis,replicated-async:postgres"
+MATRIX="langgraph-memory,inmemory,sqlite,postgres,redis,redis-cluster,smart-events:sqlite,smart-every:postgres,smart-periodic:sqlite,smart-hybrid:redis,replicated-async:postgres"
 FILES=(test_pregel.py test_pregel_async.py test_time_travel.py test_time_travel_async.py
        test_subgraph_persistence.py test_subgraph_persistence_async.py test_interruption.py
        test_interrupt_state.py test_strict_resume.py test_large_cases.py test_large_cases_async.py)
@@ -31,7 +31,7 @@ while [[ $# -gt 0 ]]; do
         --ci)  # what CI runs (scripts/test.sh): all of it on two savers, the quick part on five
             bash "$0" --savers "sqlite,smart-events:sqlite" "${@:2}"
             exec bash "$0" --quick \
-                --savers "memory,postgres,redis,redis-cluster,replicated-async:postgres" "${@:2}" ;;
+                --savers "inmemory,postgres,redis,redis-cluster,replicated-async:postgres" "${@:2}" ;;
         *) break ;;
     esac
 done

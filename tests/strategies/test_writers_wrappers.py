@@ -475,3 +475,57 @@ def wait_until(check: Any, timeout: float) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+@pytest.mark.parametrize("end", ["close", "with", "aclose"])
+def test_smart_turns_another_writer_beat_are_never_dropped_silently(
+    handle: SaverHandle, end: str
+) -> None:
+    """This process buffers turns (`Periodic`); another writer writes the thread first. The
+    buffered turns cannot be stored: `close()`, the end of a `with` block and `aclose()` raise,
+    naming the thread and what was lost, and the metrics do not count them as written."""
+    cp = SmartCheckpointer(handle.inner, LATER)
+    config = {"configurable": {"thread_id": "lost"}}
+    graph = steps_graph().compile(checkpointer=cp)
+    graph.invoke({"log": ["start"]}, config)
+    cp.flush()
+    graph.invoke({"log": ["mine"]}, config)  # buffered: nothing stored yet
+    with other_writer(handle) as other:
+        steps_graph().compile(checkpointer=other).invoke({"log": ["theirs"]}, config)
+    with pytest.raises(ConcurrentWriteError, match=r"thread 'lost': 4 checkpoint") as info:
+        if end == "close":
+            cp.close()
+        elif end == "with":
+            with cp:
+                pass
+        else:
+            asyncio.run(cp.aclose())
+    assert info.value.thread_id == "lost" and "not stored" in str(info.value)
+    m = cp.metrics
+    assert m.buffered == 0 and m.writes_refused == 1 and m.checkpoints_written == 4
+    cp.close()  # told once: closing again is quiet
+
+
+def test_smart_turns_lost_at_interpreter_exit_are_logged(tmp_path: Path) -> None:
+    """Never closed: the exit's flush is refused, and the log names the thread and the loss."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        from langgraph_ckpt_ext import Periodic, SmartCheckpointer, SQLiteCheckpointer
+        from tests.strategies.test_writers_wrappers import steps_graph
+        path = {str(tmp_path / "exit.db")!r}
+        config = {{"configurable": {{"thread_id": "at-exit"}}}}
+        inner = SQLiteCheckpointer(path)
+        cp = SmartCheckpointer(inner, Periodic(3600))
+        steps_graph().compile(checkpointer=cp).invoke({{"log": ["mine"]}}, config)
+        other = SQLiteCheckpointer(path)
+        steps_graph().compile(checkpointer=other).invoke({{"log": ["theirs"]}}, config)
+        other.close()
+        print("exiting", flush=True)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert "exiting" in done.stdout, done.stderr
+    assert "lost at interpreter exit" in done.stderr and "'at-exit'" in done.stderr

@@ -6,7 +6,8 @@ these definitions replace LangGraph's there (LangGraph's package is called `test
 is why this file is imported by its own name and builds savers from our public API alone).
 
 Savers:
-- `memory`, `sqlite` (a file), `sqlite-memory`, `postgres`, `redis`, `redis-cluster`;
+- `inmemory` (our InMemoryCheckpointer), `sqlite` (a file), `sqlite-memory`, `postgres`,
+  `redis`, `redis-cluster`;
 - `smart-<policy>:<backend>`: SmartCheckpointer over a backend, policy `events` (the default),
   `every`, `periodic` (an hour: everything served from the buffer), `hybrid`;
 - `replicated-<mode>:<backend>`: ReplicatedCheckpointer over a backend, a SQLite replica, mode
@@ -21,6 +22,7 @@ import asyncio
 import contextlib
 import importlib.util
 import os
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -65,7 +67,7 @@ class Storage:
 
     def backend(self, kind: str) -> Any:
         """A backend's saver over fresh storage (not yet opened)."""
-        if kind == "memory":
+        if kind == "inmemory":
             return InMemoryCheckpointer()
         if kind == "sqlite":
             return SQLiteCheckpointer(self.directory / f"{os.urandom(4).hex()}.db")
@@ -139,6 +141,7 @@ def _cluster_url() -> str:
             "lgckpt_redis_servers", _HERE.parent / "support" / "redis_servers.py")
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up there
         spec.loader.exec_module(module)
         _cluster = contextlib.ExitStack()
         _cluster_address = _cluster.enter_context(module.redis_cluster(3)).url

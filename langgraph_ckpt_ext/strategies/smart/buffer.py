@@ -86,6 +86,9 @@ class Buffer:
         self.urgent: set[tuple[str, str, str]] = set()
         self.ended: OrderedDict[tuple[str, str], str] = OrderedDict()
         self.refused: OrderedDict[tuple[str, str, str], ConcurrentWriteError] = OrderedDict()
+        # refusals that dropped items no caller was told of yet: error -> (thread, checkpoints,
+        # pending writes dropped); `flush()` and `close()` raise them, the exit logs them
+        self.unreported: OrderedDict[ConcurrentWriteError, tuple[str, int, int]] = OrderedDict()
         self.counts = Metrics()
         self._on_empty = on_empty  # the buffer emptied: the timer may let go of its owner
 
@@ -140,12 +143,14 @@ class Buffer:
         if isinstance(item, Writes):
             refused = self.refused.get((t, ns, item.checkpoint_id))
             if refused is not None:
+                self.unreported.pop(refused, None)
                 raise refused
             return
         if item.parent_id is not None:
             refused = self.refused.get((t, ns, item.parent_id))
             if refused is not None:
                 _remember(self.refused, (t, ns, item.checkpoint_id), refused, 4096)
+                self.unreported.pop(refused, None)
                 raise refused
         st = self.threads.get(t)
         if not single or st is None:
@@ -175,9 +180,26 @@ class Buffer:
                 i.config.get("configurable", {}).get(LEASE_KEY) != token for i in st.pending)
 
     def refusal(self, item: Item) -> ConcurrentWriteError | None:
-        """The error that dropped this item from the buffer, if it was refused."""
+        """The error that dropped this item from the buffer, if it was refused (then told:
+        the caller raises it)."""
         with self.lock:
-            return self.refused.get((item.thread_id, item.ns, item.checkpoint_id))
+            refused = self.refused.get((item.thread_id, item.ns, item.checkpoint_id))
+            if refused is not None:
+                self.unreported.pop(refused, None)
+            return refused
+
+    def told(self, error: ConcurrentWriteError) -> None:
+        """A caller was given this refusal."""
+        with self.lock:
+            self.unreported.pop(error, None)
+
+    def take_unreported(self) -> list[tuple[str, int, int, ConcurrentWriteError]]:
+        """The refusals no caller was told of, (thread, checkpoints and writes dropped, error),
+        now told."""
+        with self.lock:
+            lost = [(t, n, w, e) for e, (t, n, w) in self.unreported.items()]
+            self.unreported.clear()
+            return lost
 
     def over(self, max_bytes: int) -> bool:
         """Whether all threads together hold more than `max_bytes`."""
@@ -302,6 +324,8 @@ class Buffer:
             if isinstance(i, Put):
                 self.orphans.pop((i.thread_id, i.ns, i.checkpoint_id), None)
         self.counts.writes_refused += 1
+        _remember(self.unreported, error,
+                  (thread_id, puts(dropped), len(dropped) - puts(dropped)), 4096)
         del self.threads[thread_id]
         if not self.threads:
             self._on_empty()

@@ -255,7 +255,11 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, LifecycleForwarded
     async def _write_now(self, item: Item, sync: bool) -> None:
         """Write the item's thread; its refusal is raised to the run even when another flush
         (the timer's, another run's) took the item and was refused."""
-        await self._flusher.thread(item.thread_id, self.coalesce, sync, until_empty=False)
+        try:
+            await self._flusher.thread(item.thread_id, self.coalesce, sync, until_empty=False)
+        except ConcurrentWriteError as exc:
+            self._buffer.told(exc)
+            raise
         refused = self._buffer.refusal(item)
         if refused is not None:
             raise refused
@@ -263,11 +267,30 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, LifecycleForwarded
     def flush(self) -> None:
         """Write every thread's buffer now (each thread's in one batch). A thread's batch the
         store refuses (`ConcurrentWriteError`: another writer got there first) is dropped, its
-        run told, and the error raised once the other threads are written."""
-        run_inline(self._flusher.threads(None, self.coalesce, sync=True, refusals=True))
+        run told; once the other threads are written, a `ConcurrentWriteError` names every
+        thread whose checkpoints were dropped so (here or by an earlier flush) that no caller
+        was told of yet, and how many."""
+        run_inline(self._flush_all(sync=True))
 
     async def aflush(self) -> None:
-        await self._flusher.threads(None, self.coalesce, sync=False, refusals=True)
+        await self._flush_all(sync=False)
+
+    async def _flush_all(self, sync: bool) -> None:
+        await self._flusher.threads(None, self.coalesce, sync)
+        self._raise_unreported()
+
+    def _raise_unreported(self) -> None:
+        """Raise the refusals no caller was told of: their checkpoints are not stored."""
+        lost = self._buffer.take_unreported()
+        if not lost:
+            return
+        first = lost[0][3]
+        turns = "; ".join(f"thread {t!r}: {n} checkpoint(s), {w} pending write(s)"
+                          for t, n, w, _ in lost)
+        # the first refusal's own class (a lease, a deletion, a fence...), saying all of them
+        raise type(first)(
+            f"buffered items were refused by the store and are not stored ({turns}). First "
+            f"refusal: {first}", first.thread_id, first.checkpoint_ns) from first
 
     def _timer_pass(self) -> float:
         """Write the threads due now; seconds until the next one is due."""
@@ -462,13 +485,18 @@ class SmartCheckpointer(BaseCheckpointSaver[Any], TimeTravel, LifecycleForwarded
         await self._close(sync=False)
 
     async def _close(self, sync: bool) -> None:
+        """Write the buffer, stop; then raise what `flush()` would (a failed write, refused
+        checkpoints no caller was told of): nothing is dropped silently."""
         self.stop_sweeper()
-        await self._flusher.threads(None, self.coalesce, sync)
-        self._lifetime.closed()
-        self._timer.stop()
-        owned, self._owned = self._owned, None
-        if owned is not None:
-            await either(sync, owned.close, owned.aclose)
+        try:
+            await self._flusher.threads(None, self.coalesce, sync)
+        finally:
+            self._lifetime.closed()
+            self._timer.stop()
+            owned, self._owned = self._owned, None
+            if owned is not None:
+                await either(sync, owned.close, owned.aclose)
+        self._raise_unreported()
 
 
 async def _asleep(seconds: float) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import functools
+import logging
 import math
 import threading
 import weakref
@@ -179,8 +179,11 @@ LIVE: weakref.WeakSet[Timed] = weakref.WeakSet()
 @atexit.register
 def _flush_at_exit() -> None:
     for cp in list(LIVE):
-        with contextlib.suppress(Exception):  # the interpreter is going: no one to tell
+        try:
             cp.flush()
+        except Exception as exc:  # the interpreter is going: the log is who is left to tell
+            logging.getLogger("langgraph_ckpt_ext").error(
+                "SmartCheckpointer: buffered checkpoints lost at interpreter exit: %s", exc)
 
 
 class Timer:
