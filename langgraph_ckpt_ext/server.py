@@ -37,7 +37,7 @@ URL_VAR = "LGCKPT_URL"
 SWEEP_VAR = "LGCKPT_SWEEP_EVERY"
 CHECKPOINTER_VAR = "LANGGRAPH_CHECKPOINTER"
 THREAD_TTL_VAR = "LANGGRAPH_THREAD_TTL"
-SERDE_KEYS = ("allowed_json_modules", "pickle_fallback")
+SERDE_KEYS = ("allowed_json_modules", "allowed_msgpack_modules", "pickle_fallback")
 REQUEST_KEYS = ("langgraph_request_id", "langgraph_auth_user", "langgraph_auth_user_id",
                 "langgraph_auth_permissions")
 """Request-scoped keys the server puts in a run's `configurable` and means never to persist
@@ -128,12 +128,18 @@ class ServerSettings:
 
 
 def serde_from_settings(settings: Mapping[str, Any]) -> JsonPlusSerializer | None:
-    """`langgraph.json`'s `checkpointer.serde` as our serializer (None: our strict default).
+    """`langgraph.json`'s `checkpointer.serde` as our serializer (None: our default, which
+    loads the data types the application loaded: docs/security.md).
 
-    `allowed_json_modules` (a list of `[module, ..., class]` paths) lets stored values
-    construct those classes too. Refused with `InvalidConfigError`, as we never load what
-    could run any code: `allowed_json_modules: true` (any class) and `pickle_fallback: true`.
-    `pickle_fallback: false` is what we do anyway."""
+    `allowed_msgpack_modules`, as langgraph-cli documents it: a list of `[module, class]`
+    (exactly those classes, and LangGraph's safe types), `true` (LangGraph's "any class": here
+    our default, which never imports a module nor builds a class that is not a loaded data
+    type) or `null` (LangGraph's strict mode: its safe types only). `allowed_json_modules` (a
+    list of `[module, ..., class]` paths) lets stored values construct those classes too, and
+    narrows msgpack to them when `allowed_msgpack_modules` is absent. Refused with
+    `InvalidConfigError`, as we never load what could run any code: `allowed_json_modules:
+    true` (any class) and `pickle_fallback: true`. `pickle_fallback: false` is what we do
+    anyway."""
     if not isinstance(settings, Mapping):
         raise InvalidConfigError(f"checkpointer serde must be an object, not {settings!r}")
     unknown = set(settings) - set(SERDE_KEYS)
@@ -145,21 +151,38 @@ def serde_from_settings(settings: Mapping[str, Any]) -> JsonPlusSerializer | Non
             "checkpointer serde pickle_fallback must be false or absent: a stored pickle runs "
             "any code, and this checkpointer never loads one")
     modules = settings.get("allowed_json_modules")
-    if modules is None:
-        return None
     if modules is True:
         raise InvalidConfigError(
             "checkpointer serde allowed_json_modules: true (any class) is refused: list the "
             'classes instead, e.g. [["my_agent", "state", "Plan"]]')
-    if not isinstance(modules, list) or not all(
+    json_allowed = None if modules is None else _class_paths(
+        "allowed_json_modules", modules, "[module, ..., class]")
+    if "allowed_msgpack_modules" not in settings:
+        if json_allowed is None:
+            return None
+        return JsonPlusSerializer(allowed_json_modules=json_allowed,
+                                  allowed_msgpack_modules=json_allowed)
+    msgpack = settings["allowed_msgpack_modules"]
+    if msgpack is True:
+        if json_allowed is None:
+            return None
+        return JsonPlusSerializer(allowed_json_modules=json_allowed, allowed_msgpack_modules=True)
+    if msgpack is None:
+        return JsonPlusSerializer(allowed_json_modules=json_allowed, allowed_msgpack_modules=None)
+    listed = _class_paths("allowed_msgpack_modules", msgpack, "[module, class]", pairs=True)
+    return JsonPlusSerializer(allowed_json_modules=json_allowed, allowed_msgpack_modules=listed)
+
+
+def _class_paths(key: str, value: Any, form: str, pairs: bool = False) -> list[tuple[str, ...]]:
+    """A serde key's list of class paths, each checked."""
+    if not isinstance(value, list) or not all(
         isinstance(m, list | tuple) and m and all(isinstance(p, str) and p for p in m)
-        for m in modules
+        and (not pairs or len(m) == 2)
+        for m in value
     ):
         raise InvalidConfigError(
-            "checkpointer serde allowed_json_modules must be a list of [module, ..., class] "
-            f"lists of names, not {modules!r}")
-    allowed = [tuple(m) for m in modules]
-    return JsonPlusSerializer(allowed_json_modules=allowed, allowed_msgpack_modules=allowed)
+            f"checkpointer serde {key} must be a list of {form} lists of names, not {value!r}")
+    return [tuple(m) for m in value]
 
 
 @asynccontextmanager

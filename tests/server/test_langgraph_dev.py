@@ -226,22 +226,35 @@ graph = builder.compile()
 '''
 
 
-def test_a_state_class_listed_in_serde_comes_back_as_itself(server: DevServer) -> None:
-    """The server hands the graph's allowlist (its state's classes) to its own wrapper's
-    serializer, not to ours: a class is listed in `checkpointer.serde.allowed_json_modules`
-    (a graph loaded from `./plan_graph.py` lives in module `__plan_graph`), or a resumed run
-    reads a dict instead of it."""
+SERDE_FORMS: dict[str, tuple[dict[str, Any] | None, str]] = {
+    # langgraph.json's checkpointer.serde -> the type a resumed run reads the plan back as
+    "absent": (None, "Plan"),  # the graph's own class is a loaded data type
+    "json-modules": ({"allowed_json_modules": [["__plan_graph", "Plan"]]}, "Plan"),
+    "msgpack-list": ({"allowed_msgpack_modules": [["__plan_graph", "Plan"]]}, "Plan"),
+    "msgpack-true": ({"allowed_msgpack_modules": True}, "Plan"),
+    "msgpack-null": ({"allowed_msgpack_modules": None}, "dict"),  # strict: its fields
+}
+
+
+@pytest.mark.parametrize("form", list(SERDE_FORMS))
+def test_a_state_class_comes_back_as_serde_says(server: DevServer, form: str) -> None:
+    """`checkpointer.serde` in each form langgraph-cli documents (a graph loaded from
+    `./plan_graph.py` lives in module `__plan_graph`): the graph's own class comes back as
+    itself, except where the settings ask for strict loading."""
+    serde, kind = SERDE_FORMS[form]
     (server.app / "plan_graph.py").write_text(PLAN_GRAPH)
+    checkpointer: dict[str, Any] = {"path": "langgraph_ckpt_ext.server:checkpointer"}
+    if serde is not None:
+        checkpointer["serde"] = serde
     (server.app / "langgraph.json").write_text(json.dumps({
         "dependencies": ["."], "graphs": {"plan": "./plan_graph.py:graph"},
-        "checkpointer": {"path": "langgraph_ckpt_ext.server:checkpointer",
-                         "serde": {"allowed_json_modules": [["__plan_graph", "Plan"]]}}}))
+        "checkpointer": checkpointer}))
     server.start()
     client = get_sync_client(url=server.url)
     tid = client.threads.create()["thread_id"]
     server.run(client, tid, "plan", input={})
     done = server.run(client, tid, "plan", command={"resume": True})
-    assert done == {"plan": {"steps": ["look", "leap"]}, "kind": "Plan"}, server.tail()
+    assert done == {"plan": {"steps": ["look", "leap"]}, "kind": kind}, server.tail()
 
 
 WAIT_GRAPH = '''

@@ -148,7 +148,10 @@ async def test_serde_allowed_json_modules_lets_stored_values_construct_those_cla
                                        "pickle_fallback": False})
     async with _server_factory("langgraph_ckpt_ext.server:checkpointer") as cp:
         assert cp.serde.loads_typed(cp.serde.dumps_typed(plan)) == plan
-    _env(monkeypatch, tmp_path)  # our strict default: not constructed
+    _env(monkeypatch, tmp_path)  # our default: a data type of a module loaded, constructed
+    async with _server_factory("langgraph_ckpt_ext.server:checkpointer") as cp:
+        assert cp.serde.loads_typed(cp.serde.dumps_typed(plan)) == plan
+    _env(monkeypatch, tmp_path, serde={"allowed_msgpack_modules": None})  # strict: not
     async with _server_factory("langgraph_ckpt_ext.server:checkpointer") as cp:
         assert not isinstance(cp.serde.loads_typed(cp.serde.dumps_typed(plan)), Plan)
 
