@@ -9,7 +9,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from ..core.graph import user_values
-from ._base import must_get, run_sync
+from ._base import must_get, run_sync, sync_view
 from .statediff import StateDiff, diff_values
 
 
@@ -39,6 +39,7 @@ def diff(
     *,
     labels: tuple[str, str] | None = None,
 ) -> StateDiff:
+    saver = sync_view(saver)
     return run_sync(saver, adiff(saver, a, b, labels=labels))
 
 

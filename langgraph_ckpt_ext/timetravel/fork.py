@@ -41,6 +41,7 @@ from ._base import (
     ids_of,
     must_get,
     run_sync,
+    sync_view,
     thread_config,
     thread_exists,
 )
@@ -370,6 +371,7 @@ async def alineage(saver: BaseCheckpointSaver[Any], thread_id: str) -> ForkNode:
 
 
 def lineage(saver: BaseCheckpointSaver[Any], thread_id: str) -> ForkNode:
+    saver = sync_view(saver)
     return run_sync(saver, alineage(saver, thread_id))
 
 
@@ -447,9 +449,10 @@ def fork(
 ) -> RunnableConfig:
     """Sync `afork`."""
     _check_fork_args(values, resume, graph)
+    view = sync_view(saver)
     if resume is not None and values is None:
-        run_sync(saver, _must_wait(saver, config))
-    point = run_sync(saver, afork_copy(saver, config, new_thread_id))
+        run_sync(view, _must_wait(view, config))
+    point = run_sync(view, afork_copy(view, config, new_thread_id))
     if values is not None:
         point = graph.update_state(point, dict(values), as_node=as_node)
     if resume is None:

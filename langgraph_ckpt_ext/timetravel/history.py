@@ -16,7 +16,7 @@ from ..core.filters import matches, validate_filter
 from ..core.graph import ERROR, INTERRUPT, next_nodes, user_values
 from ..core.rows import ListQuery
 from ..core.saver import StoreCheckpointer
-from ._base import ids_of, must_get, run_sync, thread_config
+from ._base import ids_of, must_get, run_sync, sync_view, thread_config
 
 
 @dataclass(frozen=True)
@@ -209,6 +209,7 @@ def history(
     page_size = 32
     cursor = before
     left = limit
+    saver = sync_view(saver)
     while left is None or left > 0:
         size = page_size if left is None else min(page_size, left)
         entries = run_sync(saver, _collect(ahistory(
@@ -257,6 +258,7 @@ def history_page(
     subgraphs: bool = False,
     before: RunnableConfig | str | None = None,
 ) -> HistoryPage:
+    saver = sync_view(saver)
     return run_sync(saver, ahistory_page(
         saver, thread_id, size=size, metadata_only=metadata_only, filter=filter,
         subgraphs=subgraphs, before=before,
@@ -288,4 +290,5 @@ async def ainspect(saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> I
 
 
 def inspect(saver: BaseCheckpointSaver[Any], config: RunnableConfig) -> Inspection:
+    saver = sync_view(saver)
     return run_sync(saver, ainspect(saver, config))

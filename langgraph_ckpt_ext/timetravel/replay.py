@@ -17,7 +17,14 @@ from langgraph.types import Command
 from ..core.chain import ParentWalk
 from ..core.errors import InvalidConfigError
 from ._answers import answered, asked
-from ._base import CheckpointNotFoundError, ids_of, must_get, run_sync, thread_config
+from ._base import (
+    CheckpointNotFoundError,
+    ids_of,
+    must_get,
+    run_sync,
+    sync_view,
+    thread_config,
+)
 from .fork import afork_copy
 
 _PSEUDO_NODES = frozenset({"__input__", "__interrupt__"})
@@ -132,6 +139,7 @@ def replay(
     *,
     graph: Any = None,
 ) -> list[Transition]:
+    saver = sync_view(saver)
     return run_sync(saver, areplay(saver, start, end, graph=graph))
 
 
@@ -145,7 +153,8 @@ def rerun(graph: Any, config: RunnableConfig, input: Any = None, **kwargs: Any) 
             there instead: `fork(..., resume=...)`).
     """
     if _answers(input) and isinstance(saver := graph.checkpointer, BaseCheckpointSaver):
-        _check_answer(config, run_sync(saver, must_get(saver, config)))
+        view = sync_view(saver)
+        _check_answer(config, run_sync(view, must_get(view, config)))
     return graph.invoke(input, config, **kwargs)
 
 
@@ -256,7 +265,7 @@ def ab_test(
     """Run each variant on its own fork of the checkpoint `config` names (the thread's latest
     without a checkpoint id) and collect the final states. The source thread is untouched; a
     variant that fails is reported in its run, the others go on."""
-    saver = _saver(graph)
+    saver = sync_view(_saver(graph))
     arms = {name: _variant(v) for name, v in variants.items()}
     origin = run_sync(saver, must_get(saver, config)).config
     result = ABResult(origin)
