@@ -51,11 +51,31 @@ def loaded_data_type(key: object) -> bool:
 
 
 def _is_data_type(cls: type) -> bool:
-    if issubclass(cls, enum.Enum) or dataclasses.is_dataclass(cls):
-        return True
+    """A class whose construction from stored fields runs no hook of its own meant for side
+    effects: not a dataclass with a `__post_init__` or an `__init__` of its own, an Enum with
+    its own `_missing_`, or a pydantic model with its own `model_post_init`. (A model's
+    validators and `__init__` run: LangChain's own types have one.)"""
+    if issubclass(cls, enum.Enum):
+        return "_missing_" not in _own_attributes(cls, enum.Enum)
+    if dataclasses.is_dataclass(cls):
+        init = getattr(cls, "__init__", None)
+        generated = getattr(getattr(init, "__code__", None), "co_filename", "") == "<string>"
+        return not hasattr(cls, "__post_init__") and generated
     if issubclass(cls, tuple) and isinstance(getattr(cls, "_fields", None), tuple):
-        return True  # a NamedTuple
-    return any((base.__module__, base.__qualname__) in _DATA_BASES for base in cls.__mro__)
+        # a NamedTuple, made by `collections.namedtuple` (its `__new__` is generated too)
+        return str(getattr(cls.__new__, "__module__", "")).startswith("namedtuple_")
+    bases = [b for b in cls.__mro__ if (b.__module__, b.__qualname__) in _DATA_BASES]
+    return bool(bases) and "model_post_init" not in _own_attributes(cls, *bases)
+
+
+def _own_attributes(cls: type, *bases: type) -> set[str]:
+    """Names defined by `cls` and its classes before the first of `bases` in its MRO."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass in bases or klass is object:
+            break
+        names.update(vars(klass))
+    return names
 
 
 # pydantic's models (v2, and v1 in either package) and LangChain's serializable objects
