@@ -525,3 +525,20 @@ def test_writes_stored_while_their_checkpoint_waits_behind_them_stay_visible() -
         ("__interrupt__", ["approve?"])]
     assert smart._buffer.orphans == {}  # forgotten once the checkpoint is stored
     smart.close()
+
+
+@pytest.mark.parametrize("flushed", [False, True])
+def test_a_checkpoint_keeps_exactly_its_keys(flushed: bool) -> None:
+    """What LangGraph put comes back with exactly its keys, buffered or stored (LangGraph's
+    `copy_checkpoint` would add `pending_sends`; its own tests compare whole checkpoints)."""
+    inner = InMemorySaver()
+    smart = SmartCheckpointer(inner, Periodic(3600))
+    put = _checkpoint("c1")
+    put.pop("pending_sends", None)  # type: ignore[misc]
+    smart.put({"configurable": {"thread_id": "k", "checkpoint_ns": ""}}, put,
+              {"source": "loop", "step": 0}, {})
+    if flushed:
+        smart.flush()
+    tup = smart.get_tuple(cfg("k"))
+    assert tup is not None and set(tup.checkpoint) == set(put)
+    smart.close()

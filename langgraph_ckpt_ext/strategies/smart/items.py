@@ -8,14 +8,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
-    copy_checkpoint,
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -91,7 +90,7 @@ class Encoder:
         size = 256 + sum(len(values[ch].typed[1]) for ch in new_versions if ch in values)
         item = Put(
             thread_id, ns, checkpoint_id, parent_id, config,
-            {**copy_checkpoint(checkpoint), "channel_values": values},
+            {**_copied(checkpoint), "channel_values": values},
             metadata.copy(), dict(new_versions), size, time.monotonic(),
         )
         item.events = _put_events(item.metadata, item.checkpoint)
@@ -190,7 +189,7 @@ def decoded_checkpoint(checkpoint: Checkpoint) -> Checkpoint:
     """A copy of a buffered checkpoint, values decoded: LangGraph starts a run from the
     checkpoint it reads and updates its versions in place, which must not reach the buffer."""
     values = {ch: codec.decoded(v) for ch, v in checkpoint["channel_values"].items()}
-    return {**copy_checkpoint(checkpoint), "channel_values": values}
+    return {**_copied(checkpoint), "channel_values": values}
 
 
 def coalesced(batch: list[Item]) -> list[Item]:
@@ -229,3 +228,16 @@ def coalesced(batch: list[Item]) -> list[Item]:
         ):
             out.append(item)
     return out
+
+
+def _copied(checkpoint: Checkpoint) -> Checkpoint:
+    """A copy of the checkpoint with exactly its keys (LangGraph's `copy_checkpoint` adds
+    `pending_sends` and `updated_channels` where they are absent, and they would be stored)."""
+    out: dict[str, Any] = {}
+    value: Any
+    for key, value in checkpoint.items():
+        if key == "versions_seen":
+            out[key] = {k: dict(v) for k, v in value.items()}
+        else:
+            out[key] = value.copy() if isinstance(value, dict | list) else value
+    return cast(Checkpoint, out)
