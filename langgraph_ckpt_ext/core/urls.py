@@ -8,12 +8,13 @@ each scheme takes are ours (`OPTIONS`); the others go to the driver where it und
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 from urllib.parse import quote, unquote, unquote_plus, urlsplit
 
 from .errors import InvalidConfigError
@@ -503,3 +504,41 @@ def _occurrences(text: str, part: str) -> Iterator[int]:
     while at >= 0:
         yield at
         at = text.find(part, at + 1)
+
+
+def url_backend(conn: object) -> str | None:
+    """The backend a URL string names by its scheme (`sqlite:` too), else None: a path, a DSN
+    of keywords, a client."""
+    if not isinstance(conn, str):
+        return None
+    scheme, sep, _ = conn.partition("://")
+    if sep:
+        return BACKENDS.get(scheme.lower())
+    return "sqlite" if conn.lower().startswith("sqlite:") else None
+
+
+InitT = TypeVar("InitT", bound=Callable[..., None])
+
+
+def reads_url(backend: str) -> Callable[[InitT], InitT]:
+    """A constructor that, given a URL of its backend, reads the URL's options exactly as
+    `connect` does (`ParsedURL.arguments`: an option given both in the URL and as an argument
+    is refused); any other `conn` goes through as it is."""
+
+    def decorate(init: InitT) -> InitT:
+        @functools.wraps(init)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            conn = args[0] if args else kwargs.get("conn")
+            if url_backend(conn) is None:
+                init(self, *args, **kwargs)
+                return
+            options = {k: v for k, v in kwargs.items() if k != "conn"}
+            target, merged = parse_url(str(conn)).arguments(options, backend=backend)
+            if target == conn and merged == options:  # nothing of ours in it (idempotent)
+                init(self, *args, **kwargs)
+                return
+            init(self, target, *args[1:], **merged)
+
+        return cast(InitT, __init__)
+
+    return decorate

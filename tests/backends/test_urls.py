@@ -84,8 +84,21 @@ def _pragma(cp: StoreCheckpointer, name: str) -> Any:
     return cp.run_sync(writer.call(lambda c: c.execute(f"PRAGMA {name}").fetchone()[0]))
 
 
-def test_sqlite_query_options_take_effect(in_tmp: Path) -> None:
-    with connect("sqlite:///x.db?busy_timeout=5&synchronous=normal") as cp:
+def _constructed(url: str, **options: Any) -> Any:
+    """The backend's own constructor given the URL: it reads the URL's options as `connect`."""
+    from langgraph_ckpt_ext.core.urls import url_backend
+
+    cls = {"sqlite": SQLiteCheckpointer, "postgres": PostgresCheckpointer,
+           "redis": RedisCheckpointer}[str(url_backend(url))]
+    return cls(url, **options)
+
+
+OPENERS = {"connect": connect, "constructor": _constructed}
+
+
+@pytest.mark.parametrize("opener", list(OPENERS))
+def test_sqlite_query_options_take_effect(in_tmp: Path, opener: str) -> None:
+    with OPENERS[opener]("sqlite:///x.db?busy_timeout=5&synchronous=normal") as cp:
         assert _pragma(cp, "busy_timeout") == 5000
         assert _pragma(cp, "synchronous") == 1  # NORMAL
         chat_graph().compile(checkpointer=cp).invoke({"messages": [human("hi")]}, conf("t"))
@@ -93,15 +106,18 @@ def test_sqlite_query_options_take_effect(in_tmp: Path) -> None:
         "x.db"]
 
 
-def test_sqlite_mode_ro(in_tmp: Path) -> None:
-    with connect("sqlite:///x.db") as cp:
+@pytest.mark.parametrize("opener", list(OPENERS))
+def test_sqlite_mode_ro(in_tmp: Path, opener: str) -> None:
+    open_url = OPENERS[opener]
+    with open_url("sqlite:///x.db") as cp:
         chat_graph().compile(checkpointer=cp).invoke({"messages": [human("hi")]}, conf("t"))
-    with connect("sqlite:///x.db?mode=ro") as cp:
+    with open_url("sqlite:///x.db?mode=ro") as cp:
         assert cp.thread_ids() == ["t"]
         with pytest.raises(Exception, match="readonly"):
             chat_graph().compile(checkpointer=cp).invoke({"messages": [human("x")]}, conf("u"))
-    with pytest.raises(Exception, match="unable to open"):
-        connect("sqlite:///missing.db?mode=ro")
+    with pytest.raises(Exception, match="unable to open"), \
+            open_url("sqlite:///missing.db?mode=ro") as cp:
+        cp.thread_ids()
     assert not (in_tmp / "missing.db").exists()
 
 
@@ -140,12 +156,13 @@ def test_bad_option_values_refused(in_tmp: Path, url: str, words: list[str]) -> 
 
 
 @pytest.mark.postgres
-def test_postgres_options() -> None:
+@pytest.mark.parametrize("opener", list(OPENERS))
+def test_postgres_options(opener: str) -> None:
     schema = f"lgx_test_{uuid.uuid4().hex[:12]}"
     url = (f"{PG_DSN}?schema={schema}&min_size=1&max_size=3&application_name=lgx_urls"
            "&sslmode=disable&target_session_attrs=read-write")  # the last three: asyncpg's
     try:
-        with connect(url) as cp:
+        with OPENERS[opener](url) as cp:
             assert isinstance(cp, PostgresCheckpointer) and cp.store._schema == schema
             assert cp.store._options["max_size"] == 3
 
@@ -162,11 +179,12 @@ def test_postgres_options() -> None:
 
 
 @pytest.mark.redis
-def test_redis_options() -> None:
+@pytest.mark.parametrize("opener", list(OPENERS))
+def test_redis_options(opener: str) -> None:
     prefix = f"lgxtest-{uuid.uuid4().hex[:12]}"
     url = f"{REDIS_URL}?key_prefix={prefix}&ttl=60&socket_timeout=7"
     try:
-        with connect(url) as cp:
+        with OPENERS[opener](url) as cp:
             assert isinstance(cp, RedisCheckpointer) and cp.ttl == 60
             assert cp.store.prefix == prefix
             chat_graph().compile(checkpointer=cp).invoke({"messages": [human("hi")]}, conf("t"))
@@ -182,9 +200,14 @@ def test_redis_options() -> None:
         drop_redis_prefixes(prefix)
 
 
-def test_option_given_twice_refused() -> None:
+@pytest.mark.parametrize("opener", list(OPENERS))
+def test_option_given_twice_refused(opener: str) -> None:
     with pytest.raises(InvalidConfigError, match="key_prefix"):
-        connect(f"{REDIS_URL}?key_prefix=a", key_prefix="b")
+        OPENERS[opener](f"{REDIS_URL}?key_prefix=a", key_prefix="b")
+    with pytest.raises(InvalidConfigError, match="schema"):
+        OPENERS[opener](f"{PG_DSN}?schema=a", schema="b")
+    with pytest.raises(InvalidConfigError, match="busy_timeout"):
+        OPENERS[opener]("sqlite:///x.db?busy_timeout=1", busy_timeout=2)
 
 
 # -- passwords ------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from ...core.retention import Retention
 from ...core.saver import DEFAULT_TOMBSTONE_TTL, loading_serde
 from ...core.sealing import Compression, Encryption
 from ...core.telemetry import Telemetry
-from ...core.urls import parse_url, redact
+from ...core.urls import parse_url, reads_url, redact
 from ...migrations import SchemaChain
 from ..checkpointer import Checkpointer
 
@@ -105,6 +105,7 @@ class PostgresCheckpointer(Checkpointer):
 
     db_system = "postgresql"
 
+    @reads_url("postgres")
     def __init__(
         self,
         conn: str | asyncpg.Pool,

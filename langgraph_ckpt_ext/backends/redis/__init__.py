@@ -16,7 +16,7 @@ from ...core.retention import Retention
 from ...core.saver import DEFAULT_TOMBSTONE_TTL, loading_serde
 from ...core.sealing import Compression, Encryption
 from ...core.telemetry import Telemetry
-from ...core.urls import parse_url, redact
+from ...core.urls import parse_url, reads_url, redact
 from ...migrations import SchemaChain
 from ..checkpointer import Checkpointer
 
@@ -109,6 +109,7 @@ class RedisCheckpointer(Checkpointer):
 
     db_system = "redis"
 
+    @reads_url("redis")
     def __init__(
         self,
         conn: str | Client,

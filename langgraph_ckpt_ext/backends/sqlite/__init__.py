@@ -21,7 +21,7 @@ from ...core.retention import Retention
 from ...core.saver import DEFAULT_TOMBSTONE_TTL, check_tombstone_ttl, loading_serde
 from ...core.sealing import Compression, Encryption
 from ...core.telemetry import Telemetry
-from ...core.urls import parse_url
+from ...core.urls import parse_url, reads_url
 from ...migrations import SchemaChain
 from ..checkpointer import Checkpointer
 from .store import SQLiteStore
@@ -196,6 +196,7 @@ class SQLiteCheckpointer(Checkpointer):
 
     db_system = "sqlite"
 
+    @reads_url("sqlite")
     def __init__(
         self,
         conn: str | os.PathLike[str] | aiosqlite.Connection = ":memory:",
