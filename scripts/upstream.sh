@@ -22,14 +22,19 @@ QUICK=(test_time_travel.py test_time_travel_async.py test_subgraph_persistence.p
        test_subgraph_persistence_async.py test_interruption.py test_interrupt_state.py
        test_strict_resume.py)
 
+TIMED="test_stream_subgraphs_during_execution or test_stream_buffering_single_node"
+TIMED+=" or test_parallel_node_execution or test_sync_streaming_with_functional_api"
+
 savers="$MATRIX"
 files=("${FILES[@]}")
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --savers) savers="$2"; shift 2 ;;
         --quick) files=("${QUICK[@]}"); shift ;;
-        --ci)  # what CI runs (scripts/test.sh): all of it on two savers, the quick part on five
-            bash "$0" --savers "sqlite,smart-events:sqlite" "${@:2}"
+        --ci)  # what CI runs (scripts/test.sh): all of it on two savers, the quick part on five;
+            # without LangGraph's tests that assert wall-clock gaps of 0.1 s (on a busy machine
+            # they fail on every saver, InMemorySaver included; the full matrix runs them)
+            bash "$0" --savers "sqlite,smart-events:sqlite" -k "not ($TIMED)" "${@:2}"
             exec bash "$0" --quick \
                 --savers "inmemory,postgres,redis,redis-cluster,replicated-async:postgres" "${@:2}" ;;
         *) break ;;
