@@ -67,7 +67,10 @@ def test_terminated_connections_mid_run() -> None:
         assert history
         for snap in history:  # every stored checkpoint reads back whole and consistent
             turns = snap.values.get("turns", 0)
-            assert len(snap.values.get("messages", [])) in (2 * turns, 2 * turns + 1)
+            # a turn whose run failed after its input checkpoint committed leaves its question
+            # unanswered: one more message per such failure, never fewer than two per turn
+            assert 2 * turns <= len(snap.values.get("messages", [])) <= (
+                2 * turns + 1 + len(failures))
         out = graph.invoke({"messages": [human("after the storm")]}, config)
         assert out["messages"][-1].content == "echo: after the storm"
         # A failed call may still have committed: the connection can drop after the server
