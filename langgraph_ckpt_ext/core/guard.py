@@ -187,12 +187,16 @@ def read_head(thread_id: str, ns: str) -> str | None:
     return read_heads.get().get((thread_id, ns))
 
 
+def _run_start(metadata: Mapping[str, Any]) -> bool:
+    """The metadata of a run's first checkpoint (its input, step -1)."""
+    return metadata.get("source") == "input" and metadata.get("step") == -1
+
+
 def _counts_read(parent: object, metadata: Mapping[str, Any]) -> bool:
     """Whether a read in the writer's context counts for a put: one that continues from a
     checkpoint, or a run's first one. A direct put with no parent is no run's, whatever its
     context read before."""
-    return parent is not None or (metadata.get("source") == "input"
-                                  and metadata.get("step") == -1)
+    return parent is not None or _run_start(metadata)
 
 
 def carry_read(config: Any, metadata: Mapping[str, Any]) -> Any:
@@ -213,9 +217,9 @@ def carry_read(config: Any, metadata: Mapping[str, Any]) -> Any:
 def put_guard(config: Mapping[str, Any], metadata: Mapping[str, Any], parent: str | None,
               thread_id: str, *, single: bool, epoch: int | None) -> Guard:
     conf = config.get("configurable") or {}
-    fresh = parent is None and metadata.get("source") == "input" and metadata.get("step") == -1
+    fresh = parent is None and _run_start(metadata)
     stamp = conf.get(HEAD_KEY)
-    if not stamp and _counts_read(parent, metadata):
+    if not stamp and (parent is not None or fresh):
         stamp = read_head(thread_id, str(conf.get("checkpoint_ns") or ""))
     return Guard(single, stamp if isinstance(stamp, str) and stamp else None, fresh,
                  lease_token(config, thread_id), epoch)
